@@ -1,0 +1,48 @@
+"""The ``btb`` command line.
+
+Each subcommand lives in ``btb_core/commands/<name>.py`` and defines ``register(subparsers)``,
+which adds its parser and sets ``func`` (a callable taking the parsed args, returning an exit code).
+User-facing errors (:class:`btb_core.errors.BTBError`, ``FileNotFoundError``) print as one line
+on stderr and exit with status 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import BTBError
+
+COMMANDS = ("cost", "audit", "synth", "replay", "sweep")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="btb", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"btb_core.commands.{name}")
+        except ModuleNotFoundError as exc:  # command not built yet
+            if exc.name != f"btb_core.commands.{name}":
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (BTBError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        print(f"btb {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"btb {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
