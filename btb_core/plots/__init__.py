@@ -1,0 +1,60 @@
+"""Altair chart builders (one module per topic) and :func:`save_chart`.
+
+Chart builders take plain result tables (pandas) and return ``altair`` charts; they import nothing
+from the simulator. Notebooks call them and save the result with :func:`save_chart`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import altair as alt
+
+from ..paths import figures_dir
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_chart(chart: alt.TopLevelMixin, stem: str, directory: Path | None = None,
+               scale: float = 2.0) -> list[Path]:
+    """Write ``chart`` as ``<stem>.png`` and ``<stem>.svg`` (via vl-convert), atomically.
+
+    Parameters
+    ----------
+    chart : altair chart
+    stem : str
+        File name without extension, e.g. ``"00_prefill_vs_transfer"``.
+    directory : Path, optional
+        Defaults to :func:`btb_core.paths.figures_dir` (``$BTB_FIGURES_DIR`` or ``figures/``).
+    scale : float
+        PNG pixel scale factor.
+
+    Returns
+    -------
+    list of Path
+        The PNG and SVG paths written.
+    """
+    import vl_convert as vlc
+
+    directory = Path(directory) if directory is not None else figures_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    spec = chart.to_json()
+    png = directory / f"{stem}.png"
+    svg = directory / f"{stem}.svg"
+    _atomic_write(png, vlc.vegalite_to_png(spec, scale=scale))
+    _atomic_write(svg, vlc.vegalite_to_svg(spec).encode())
+    return [png, svg]
+
+
+__all__ = ["save_chart"]
