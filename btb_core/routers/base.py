@@ -56,8 +56,12 @@ class ClusterView(Protocol):
     def egress_backlog_s(self, replica: int) -> float:
         """Seconds until ``replica``'s egress NIC is free of queued/active transfers."""
 
-    def start_transfer(self, src: int, dst: int, hash_ids: Sequence[int]) -> int:
+    def start_transfer(self, src: int, dst: int, hash_ids: Sequence[int],
+                       pause_destination: bool = False) -> int:
         """Start an RDMA copy of the blocks ``hash_ids`` (a prefix) from ``src`` to ``dst``.
+
+        The copy queues FIFO behind earlier transfers on ``src``'s egress and ``dst``'s ingress NIC.
+        With ``pause_destination`` the destination starts no new iteration until the copy lands.
 
         Returns a transfer id; :meth:`Router.on_transfer_done` is called when it lands in
         ``dst``'s HBM. Raises ``ValueError`` if ``src`` does not hold all of ``hash_ids`` as complete

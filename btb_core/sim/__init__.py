@@ -1,0 +1,13 @@
+"""Discrete-event simulator of a routed cluster of LLM replicas with tiered prefix KV caches.
+
+Semantics: ../DESIGN.md section 4 and the module docstrings of ``engine``, ``replica``,
+``kvcache``. Entry point: :func:`simulate`.
+"""
+
+from .cluster import SCHEDULERS, ClusterConfig
+from .engine import Simulator, simulate
+from .metrics import REQUEST_COLUMNS, SimResult
+from .request import Request
+
+__all__ = ["SCHEDULERS", "ClusterConfig", "Request", "REQUEST_COLUMNS", "SimResult", "Simulator",
+           "simulate"]

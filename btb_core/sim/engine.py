@@ -1,0 +1,524 @@
+"""The discrete-event loop: arrivals, replica operations, RDMA transfers, the router.
+
+Events are ordered by ``(time_s, priority, sequence)`` so ties break the same way every run
+(as in SimPy's ``Environment``): transfer completions (priority 0) come before replica operation
+ends (1), which come before arrivals at the same instant (2). So a request arriving exactly when a
+prefill completes sees its blocks, and one arriving when a copy lands sees the copy.
+Arrivals are read from the sorted trace with a pointer rather than pushed on the heap.
+"""
+
+from __future__ import annotations
+
+import heapq
+import sys
+from math import ceil
+
+import numpy as np
+
+from ..errors import ConfigError
+from .kvcache import DiskTier, KVCache
+from .metrics import SimResult, build_result
+from .replica import DecodeModel, Job, Replica
+from .request import Request
+
+_TRANSFER, _OP = 0, 1
+
+
+class Transfer:
+    """One RDMA copy of a prefix's blocks from ``src`` to ``dst``."""
+
+    __slots__ = ("tid", "src", "dst", "hash_ids", "num_blocks", "bytes", "request_s", "start_s",
+                 "end_s", "landed_blocks", "served", "src_pinned")
+
+    def __init__(self, tid, src, dst, hash_ids, num_bytes, request_s, start_s, end_s):
+        self.tid = tid
+        self.src = src
+        self.dst = dst
+        self.hash_ids = hash_ids
+        self.num_blocks = len(hash_ids)
+        self.bytes = num_bytes
+        self.request_s = request_s
+        self.start_s = start_s
+        self.end_s = end_s
+        self.landed_blocks = 0
+        self.served = 0
+        self.src_pinned = ()
+
+
+class Simulator:
+    """Runs one trace through one router on one cluster. Implements the router's ClusterView.
+
+    Use :func:`simulate`; this class is public for routers' type hints and for tests.
+    """
+
+    def __init__(self, trace, router, cluster, seed: int = 0, progress: bool | None = None):
+        self.trace = trace
+        self.router = router
+        self.cluster = cluster
+        self.cost = cluster.cost
+        self.block_tokens = int(trace.block_tokens)
+        self.num_replicas = cluster.num_replicas
+        self.rng = np.random.default_rng(seed)
+        self.seed = seed
+        self.progress = progress
+        self.chunked = cluster.scheduler == "chunked"
+        self.decode = DecodeModel(self.cost)
+        self.kv_bytes_per_token = self.cost.kv_bytes_per_token
+        self.capacity_blocks = cluster.hbm_capacity_blocks(self.block_tokens)
+        dram_blocks = cluster.tier_capacity_blocks(cluster.dram_capacity_bytes, self.block_tokens)
+        disk_blocks = cluster.tier_capacity_blocks(cluster.disk_capacity_bytes, self.block_tokens)
+        shared_disk = DiskTier(disk_blocks) if (disk_blocks and cluster.disk_shared) else None
+        self.replicas = []
+        for r in range(self.num_replicas):
+            disk = shared_disk if cluster.disk_shared else (DiskTier(disk_blocks) if disk_blocks else None)
+            self.replicas.append(Replica(r, KVCache(self.capacity_blocks, dram_blocks, disk)))
+        self.now = 0.0
+        self._heap = []
+        self._seq = 0
+        self.transfers: list[Transfer] = []
+        self.queue_samples: list[tuple[float, int, int]] = []
+        self.busy_intervals: list[tuple[int, float, float]] = []
+        self.events = 0
+        self.jobs: list[Job] = []
+
+    # ------------------------------------------------------------------ ClusterView
+    @property
+    def now_s(self) -> float:
+        return self.now
+
+    def queue_length(self, replica: int) -> int:
+        return len(self.replicas[replica].waiting)
+
+    def running(self, replica: int) -> int:
+        return self.replicas[replica].running
+
+    def kv_usage(self, replica: int) -> float:
+        return self.replicas[replica].cache.used_slots / self.capacity_blocks
+
+    def cached_blocks(self, replica, hash_ids, tiers=("hbm", "dram", "disk")) -> int:
+        return self.replicas[replica].cache.matched_blocks(hash_ids, tiers)
+
+    def active_prefill_tokens(self, replica: int) -> int:
+        return self.replicas[replica].pending_prefill_tokens
+
+    def active_blocks(self, replica: int) -> int:
+        return self.replicas[replica].cache.used_slots
+
+    def egress_backlog_s(self, replica: int) -> float:
+        return max(0.0, self.replicas[replica].egress_free_s - self.now)
+
+    def start_transfer(self, src, dst, hash_ids, pause_destination=False) -> int:
+        n = self.num_replicas
+        if not (0 <= src < n and 0 <= dst < n):
+            raise ValueError(f"start_transfer: replicas must be in [0, {n}), got src={src} dst={dst}")
+        if src == dst:
+            raise ValueError(f"start_transfer: src and dst are both replica {src}")
+        hash_ids = tuple(hash_ids)
+        if not hash_ids:
+            raise ValueError("start_transfer: no blocks to copy")
+        source = self.replicas[src]
+        have = source.cache.matched_blocks(hash_ids)
+        if have < len(hash_ids):
+            raise ValueError(f"start_transfer: replica {src} holds only {have} of the "
+                             f"{len(hash_ids)} complete blocks requested")
+        tokens = len(hash_ids) * self.block_tokens
+        dest = self.replicas[dst]
+        start = max(self.now, source.egress_free_s, dest.ingress_free_s)
+        end = start + self.cost.load_s("rdma", tokens)
+        source.egress_free_s = end
+        dest.ingress_free_s = end
+        tr = Transfer(len(self.transfers), src, dst, hash_ids, tokens * self.kv_bytes_per_token,
+                      self.now, start, end)
+        cache = source.cache
+        pinned = tuple(b for b in hash_ids if cache.in_hbm(b))
+        cache.pin_existing(pinned, len(pinned))
+        tr.src_pinned = pinned
+        self.transfers.append(tr)
+        if pause_destination and end > dest.paused_until:
+            dest.paused_until = end
+        self._push(end, _TRANSFER, tr)
+        return tr.tid
+
+    # ------------------------------------------------------------------ event plumbing
+    def _push(self, t, prio, obj, token=0):
+        self._seq += 1
+        heapq.heappush(self._heap, (t, prio, self._seq, obj, token))
+
+    def _sample_queue(self, rep):
+        self.queue_samples.append((self.now, rep.idx, len(rep.waiting)))
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> SimResult:
+        trace = self.trace
+        table = trace.table
+        n = len(table)
+        arrival = table["arrival_s"].to_numpy(dtype=np.float64)
+        if n and (not np.all(np.isfinite(arrival)) or np.any(np.diff(arrival) < 0)):
+            raise ConfigError(f"trace {getattr(trace, 'name', '?')}: arrival_s must be finite and sorted")
+        input_len = table["input_length"].to_numpy(dtype=np.int64).tolist()
+        output_len = table["output_length"].to_numpy(dtype=np.int64).tolist()
+        req_ids = table["request_id"].tolist()
+        flat = trace.hash_flat.tolist()
+        offsets = trace.hash_offsets.tolist()
+        arrival_l = arrival.tolist()
+        bt = self.block_tokens
+        jobs = self.jobs
+        for i in range(n):
+            h = tuple(flat[offsets[i]:offsets[i + 1]])
+            req = Request(i, req_ids[i], arrival_l[i], input_len[i], max(1, output_len[i]), h, bt)
+            jobs.append(Job(req, h, input_len[i] // bt))
+
+        router = self.router
+        router.reset(self)
+        heap = self._heap
+        replicas = self.replicas
+        bar = self._progress_bar(n)
+        i = 0
+        inf = float("inf")
+        while True:
+            next_arrival = arrival_l[i] if i < n else inf
+            if heap and heap[0][0] <= next_arrival:
+                t, prio, _, obj, token = heapq.heappop(heap)
+                self.now = t
+                self.events += 1
+                if prio == _OP:
+                    if token == obj.op_token and obj.busy:
+                        self._op_done(obj)
+                else:
+                    self._transfer_done(obj)
+                continue
+            if i >= n:
+                break
+            # arrival
+            self.now = next_arrival
+            self.events += 1
+            job = jobs[i]
+            i += 1
+            if bar is not None and (i & 1023) == 0:
+                bar.update(1024)
+            r = router.route(job.req)
+            if not (0 <= r < self.num_replicas):
+                raise ValueError(f"router {type(router).__name__} returned replica {r!r} for request "
+                                 f"{job.req.request_id!r}; valid replicas are 0..{self.num_replicas - 1}")
+            rep = replicas[r]
+            job.replica = r
+            job.queue_len_at_arrival = len(rep.waiting)
+            rep.waiting.append(job)
+            rep.pending_prefill_tokens += job.req.input_length
+            self._sample_queue(rep)
+            if not rep.busy:
+                self._plan(rep)
+            elif rep.op_kind == "stretch":
+                self._cut_stretch(rep)
+        if bar is not None:
+            bar.update(n - bar.n)
+            bar.close()
+        unfinished = [j.req.request_id for j in jobs if j.finish_s < 0]
+        if unfinished:
+            raise RuntimeError(f"simulation ended with {len(unfinished)} unfinished requests "
+                               f"(first: {unfinished[0]!r}); this is a simulator bug")
+        return build_result(self)
+
+    def _progress_bar(self, n):
+        show = self.progress
+        if show is None:
+            show = n >= 20000 and sys.stderr.isatty()
+        if not show:
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(total=n, desc="simulating", unit="req", mininterval=0.5)
+
+    # ------------------------------------------------------------------ admission
+    def _try_admit(self, rep, job) -> bool:
+        """Look up the prefix, decide tier loads, reserve KV. False if it does not fit now."""
+        req = job.req
+        bt = self.block_tokens
+        cache = rep.cache
+        limit = (req.input_length - 1) // bt
+        if limit > job.full:
+            limit = job.full
+        n_h, n_d, n_k = cache.match(job.hash, limit) if limit > 0 else (0, 0, 0)
+        cost = self.cost
+        load = 0.0
+        if n_d or n_k:
+            cached_h = n_h * bt
+            lower_tokens = (n_d + n_k) * bt
+            if n_d:
+                load += cost.load_s("dram", n_d * bt)
+            if n_k:
+                load += cost.load_s("nvme", n_k * bt)
+            # load only if it beats recomputing those tokens
+            if load >= cost.prefill_s(lower_tokens, cached_h):
+                n_d = n_k = 0
+                load = 0.0
+        m = n_h + n_d + n_k
+        total_blocks = -(-(req.input_length + req.output_length) // bt)
+        private = total_blocks - m
+        # slots needed: loaded blocks + new prompt blocks + private tail; LRU hits move to pinned
+        lru_hits = 0
+        if n_h:
+            refcount = cache.refcount
+            h = job.hash
+            for k in range(n_h):
+                if h[k] not in refcount:
+                    lru_hits += 1
+        need = n_d + n_k + private + lru_hits
+        if need > cache.capacity_blocks - cache.used_slots:
+            if cache.used_slots == 0 and not rep.running:
+                raise ConfigError(
+                    f"request {req.request_id!r} needs {total_blocks} KV blocks "
+                    f"({req.input_length} + {req.output_length} tokens) but replica HBM holds "
+                    f"{cache.capacity_blocks}; use a larger node or a smaller request")
+            return False
+        cache.pin_prefix(job.hash, n_h, n_d + n_k)
+        cache.reserve_private(private)
+        job.pinned = m
+        job.private = private
+        job.reused_tokens = m * bt
+        job.done_tokens = m * bt
+        job.hit_hbm = n_h * bt
+        job.hit_dram = n_d * bt
+        job.hit_disk = n_k * bt
+        job.load_s = load
+        job.reuse_tier = "disk" if n_k else ("dram" if n_d else ("hbm" if n_h else "none"))
+        job.admit_s = self.now
+        rep.pending_prefill_tokens -= m * bt
+        if m and rep.copy_lengths:
+            self._mark_served(rep, job, m)
+        return True
+
+    def _mark_served(self, rep, job, m):
+        h = job.hash
+        for length in rep.copy_lengths:
+            if length <= m:
+                recs = rep.copy_marks.get(h[length - 1])
+                if recs:
+                    for tr in recs:
+                        tr.served += 1
+
+    def _complete(self, rep, job, upto_tokens):
+        """Make blocks fully prefilled up to ``upto_tokens`` reusable."""
+        new_pinned = upto_tokens // self.block_tokens
+        if new_pinned > job.full:
+            new_pinned = job.full
+        if new_pinned > job.pinned:
+            rep.cache.complete_blocks(job.hash, job.pinned, new_pinned)
+            job.private -= new_pinned - job.pinned
+            job.pinned = new_pinned
+
+    def _finish(self, rep, job):
+        job.finish_s = self.now
+        rep.cache.release(job.hash, job.pinned, job.private)
+        job.pinned = job.private = 0
+        self.router.on_request_finished(job.req, rep.idx)
+
+    def _first_token(self, rep, job):
+        job.first_token_s = self.now
+        if job.req.output_length <= 1:
+            self._finish(rep, job)
+        else:
+            job.join_ctx = job.req.input_length + 1
+            job.join_step = rep.steps_done
+            rep.ctx_tokens += job.join_ctx
+            rep.n_decode += 1
+            self._seq += 1
+            heapq.heappush(rep.decode_heap, (rep.steps_done + job.req.output_length - 1, self._seq, job))
+
+    def _finish_decodes(self, rep):
+        heap = rep.decode_heap
+        steps = rep.steps_done
+        while heap and heap[0][0] <= steps:
+            target, _, job = heapq.heappop(heap)
+            rep.n_decode -= 1
+            rep.ctx_tokens -= job.join_ctx + (target - job.join_step)
+            self._finish(rep, job)
+
+    # ------------------------------------------------------------------ planning
+    def _start_op(self, rep, kind, duration, data):
+        rep.busy = True
+        rep.op_kind = kind
+        rep.op_token += 1
+        rep.op_start_s = self.now
+        rep.op_end_s = self.now + duration
+        rep.op_data = data
+        self._push(rep.op_end_s, _OP, rep, rep.op_token)
+
+    def _plan(self, rep):
+        """Start the replica's next operation, or leave it idle."""
+        if self.now < rep.paused_until:
+            self._start_op(rep, "pause", rep.paused_until - self.now, None)
+            return
+        if self.chunked:
+            self._plan_chunked(rep)
+        else:
+            self._plan_prefill_first(rep)
+
+    def _plan_prefill_first(self, rep):
+        waiting = rep.waiting
+        if waiting and rep.running < self.cluster.max_running:
+            job = waiting[0]
+            if self._try_admit(rep, job):
+                waiting.popleft()
+                self._sample_queue(rep)
+                req = job.req
+                compute = self.cost.prefill_s(req.input_length - job.done_tokens, job.done_tokens)
+                job.compute_s = compute
+                job.prefill_start_s = self.now
+                rep.in_op += 1
+                self._start_op(rep, "prefill", job.load_s + compute, job)
+                return
+        if rep.n_decode:
+            self._start_stretch(rep)
+        else:
+            rep.busy = False
+            rep.op_kind = None
+
+    def _start_stretch(self, rep):
+        k = rep.decode_heap[0][0] - rep.steps_done
+        n, ctx = rep.n_decode, rep.ctx_tokens
+        self._start_op(rep, "stretch", self.decode.stretch_s(n, ctx, k), (n, ctx, k))
+
+    def _cut_stretch(self, rep):
+        """An arrival during a decode stretch: end it at the end of the step in progress."""
+        n, ctx, k = rep.op_data
+        if k <= 1:
+            return
+        m = self.decode.steps_within(n, ctx, k, self.now - rep.op_start_s)
+        if m >= k:
+            return
+        end = rep.op_start_s + self.decode.stretch_s(n, ctx, m)
+        rep.op_data = (n, ctx, m)
+        rep.op_end_s = end
+        rep.op_token += 1
+        self._push(end, _OP, rep, rep.op_token)
+
+    def _plan_chunked(self, rep):
+        budget = self.cluster.chunk_tokens - rep.n_decode
+        cost = self.cost
+        chunks = []
+        flops = 0.0
+        loads = 0.0
+        for job in rep.prefilling:
+            if budget <= 0:
+                break
+            rem = job.req.input_length - job.done_tokens
+            c = rem if rem < budget else budget
+            flops += cost.prefill_flops(c, job.done_tokens)
+            chunks.append((job, c))
+            budget -= c
+        waiting = rep.waiting
+        admitted = False
+        max_running = self.cluster.max_running
+        while budget > 0 and waiting and rep.running < max_running:
+            job = waiting[0]
+            if not self._try_admit(rep, job):
+                break
+            waiting.popleft()
+            admitted = True
+            job.prefill_start_s = self.now
+            rep.prefilling.append(job)
+            loads += job.load_s
+            rem = job.req.input_length - job.done_tokens
+            c = rem if rem < budget else budget
+            flops += cost.prefill_flops(c, job.done_tokens)
+            chunks.append((job, c))
+            budget -= c
+        if admitted:
+            self._sample_queue(rep)
+        if not chunks:
+            if rep.n_decode:
+                self._start_stretch(rep)
+            else:
+                rep.busy = False
+                rep.op_kind = None
+            return
+        d = self.decode
+        n_dec = rep.n_decode
+        compute = cost.compute_s(flops) + d.g * n_dec
+        memory = d.a + d.c * rep.ctx_tokens
+        duration = (compute if compute > memory else memory) + loads
+        self._start_op(rep, "iter", duration, chunks)
+
+    # ------------------------------------------------------------------ completions
+    def _op_done(self, rep):
+        kind = rep.op_kind
+        self.busy_intervals.append((rep.idx, rep.op_start_s, self.now))
+        rep.busy_s += self.now - rep.op_start_s
+        if kind == "prefill":
+            job = rep.op_data
+            rep.in_op -= 1
+            rep.pending_prefill_tokens -= job.req.input_length - job.done_tokens
+            job.done_tokens = job.req.input_length
+            self._complete(rep, job, job.done_tokens)
+            self._first_token(rep, job)
+        elif kind == "stretch":
+            n, ctx, k = rep.op_data
+            rep.steps_done += k
+            rep.ctx_tokens += n * k
+            self._finish_decodes(rep)
+        elif kind == "iter":
+            if rep.n_decode:
+                rep.steps_done += 1
+                rep.ctx_tokens += rep.n_decode
+                self._finish_decodes(rep)
+            finished = []
+            for job, c in rep.op_data:
+                job.done_tokens += c
+                rep.pending_prefill_tokens -= c
+                self._complete(rep, job, job.done_tokens)
+                if job.done_tokens >= job.req.input_length:
+                    finished.append(job)
+            if finished:
+                rep.prefilling = [j for j in rep.prefilling if j.done_tokens < j.req.input_length]
+                for job in finished:
+                    self._first_token(rep, job)
+        rep.busy = False
+        rep.op_kind = None
+        self._plan(rep)
+
+    def _transfer_done(self, tr):
+        src = self.replicas[tr.src]
+        src.cache.unpin(tr.src_pinned, len(tr.src_pinned))
+        if not src.busy and src.waiting:
+            self._plan(src)
+        dst = self.replicas[tr.dst]
+        landed = dst.cache.land(tr.hash_ids)
+        tr.landed_blocks = landed
+        if landed:
+            key = tr.hash_ids[landed - 1]
+            dst.copy_marks.setdefault(key, []).append(tr)
+            dst.copy_lengths.add(landed)
+        self.router.on_transfer_done(tr.tid, tr.src, tr.dst, landed)
+        if not dst.busy and dst.waiting:
+            self._plan(dst)
+
+
+def simulate(trace, router, cluster, seed: int = 0, progress: bool | None = None) -> SimResult:
+    """Replay ``trace`` through ``router`` on ``cluster``.
+
+    Parameters
+    ----------
+    trace : btb_core.trace.Trace
+        Requests sorted by ``arrival_s`` with chained, interned ``hash_ids`` and ``block_tokens``.
+    router : btb_core.routers.Router
+        A fresh or reusable router; :meth:`Router.reset` is called first.
+    cluster : ClusterConfig
+    seed : int
+        Seeds the ``numpy.random.Generator`` given to the router (``view.rng``). Same trace,
+        router parameters, cluster and seed give an identical result.
+    progress : bool or None
+        Show a tqdm progress bar; default: only for long runs on a terminal.
+
+    Returns
+    -------
+    SimResult
+        ``.requests`` (per-request table), ``.metrics`` (run metrics dict), ``.transfers``, and
+        queue-length / busy-fraction time series.
+
+    Raises
+    ------
+    ConfigError
+        If a request can never fit a replica's KV budget, or arrivals are not sorted.
+    """
+    return Simulator(trace, router, cluster, seed=seed, progress=progress).run()

@@ -1,0 +1,207 @@
+"""Run results: the per-request table, run metrics, transfers and per-replica time series."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+#: Columns of :attr:`SimResult.requests`, in order (units in the names).
+REQUEST_COLUMNS = (
+    "request_id", "arrival_s", "replica", "input_length", "output_length", "queue_wait_s",
+    "reuse_tier", "reused_tokens", "hit_hbm_tokens", "hit_dram_tokens", "hit_disk_tokens",
+    "recomputed_tokens", "load_s", "prefill_s", "ttft_s", "e2e_s", "finish_s",
+)
+
+
+@dataclass
+class SimResult:
+    """What :func:`btb_core.sim.simulate` returns.
+
+    Attributes
+    ----------
+    requests : pandas.DataFrame
+        One row per request, columns :data:`REQUEST_COLUMNS`: ``queue_wait_s`` (arrival to
+        admission), ``reuse_tier`` (slowest tier its reused prefix came from: none/hbm/dram/disk),
+        ``reused_tokens`` (prefix tokens not recomputed) split by tier, ``load_s`` (tier load time),
+        ``prefill_s`` (admission to first token: load + prefill, interleaved with other work under
+        ``chunked``), ``ttft_s`` (arrival to first token), ``e2e_s`` (arrival to last token).
+    metrics : dict
+        Run metrics (see :func:`run_metrics`).
+    transfers : pandas.DataFrame
+        One row per RDMA copy: src, dst, blocks, bytes, request_s, start_s, end_s, landed_blocks,
+        served_requests.
+    queue_samples : pandas.DataFrame
+        ``time_s, replica, queue_length`` at every change of a waiting queue.
+    busy_intervals : pandas.DataFrame
+        ``replica, start_s, end_s`` of every operation a replica ran.
+    """
+
+    requests: pd.DataFrame
+    metrics: dict
+    transfers: pd.DataFrame
+    queue_samples: pd.DataFrame
+    busy_intervals: pd.DataFrame
+    num_replicas: int
+    block_tokens: int
+    info: dict = field(default_factory=dict)
+
+    def queue_length_series(self, bin_s: float = 1.0, end_s: float | None = None) -> pd.DataFrame:
+        """Per-replica waiting-queue length per time bin (the maximum within the bin).
+
+        Returns a long table ``time_s`` (bin start), ``replica``, ``queue_length``.
+        """
+        end_s = self._end(end_s)
+        edges = np.arange(0.0, end_s + bin_s, bin_s)
+        frames = []
+        qs = self.queue_samples
+        for r in range(self.num_replicas):
+            s = qs[qs["replica"] == r]
+            t = s["time_s"].to_numpy()
+            q = s["queue_length"].to_numpy()
+            # value in force at each bin start, and max of changes inside the bin
+            idx = np.searchsorted(t, edges[:-1], side="right") - 1
+            start_val = np.where(idx >= 0, q[np.clip(idx, 0, None)] if len(q) else 0, 0)
+            bins = np.searchsorted(edges, t, side="right") - 1
+            peak = start_val.astype(np.int64).copy()
+            if len(q):
+                ok = (bins >= 0) & (bins < len(peak))
+                np.maximum.at(peak, bins[ok], q[ok])
+            frames.append(pd.DataFrame({"time_s": edges[:-1], "replica": r, "queue_length": peak}))
+        return pd.concat(frames, ignore_index=True)
+
+    def busy_fraction_series(self, bin_s: float = 1.0, end_s: float | None = None) -> pd.DataFrame:
+        """Per-replica fraction of each time bin spent running operations.
+
+        Returns a long table ``time_s`` (bin start), ``replica``, ``busy_fraction`` in [0, 1].
+        """
+        end_s = self._end(end_s)
+        edges = np.arange(0.0, end_s + bin_s, bin_s)
+        frames = []
+        bi = self.busy_intervals
+        for r in range(self.num_replicas):
+            s = bi[bi["replica"] == r].sort_values("start_s")
+            st = s["start_s"].to_numpy()
+            en = s["end_s"].to_numpy()
+            cum = np.concatenate([[0.0], np.cumsum(en - st)])
+
+            def busy_until(t):
+                k = np.searchsorted(st, t, side="right")  # intervals starting at or before t
+                prev = np.clip(k - 1, 0, None)
+                partial = np.where(k > 0, np.minimum(t - st[prev] if len(st) else 0.0,
+                                                     (en - st)[prev] if len(st) else 0.0), 0.0)
+                return cum[np.clip(k - 1, 0, None)] * (k > 0) + partial
+
+            b = busy_until(edges) if len(st) else np.zeros_like(edges)
+            frac = np.diff(b) / bin_s
+            frames.append(pd.DataFrame({"time_s": edges[:-1], "replica": r,
+                                        "busy_fraction": np.clip(frac, 0.0, 1.0)}))
+        return pd.concat(frames, ignore_index=True)
+
+    def _end(self, end_s):
+        if end_s is not None:
+            return float(end_s)
+        return float(self.requests["finish_s"].max()) if len(self.requests) else 0.0
+
+
+def _percentiles(x: np.ndarray, prefix: str) -> dict:
+    if len(x) == 0:
+        return {f"{prefix}_{k}_s": float("nan") for k in ("mean", "p50", "p90", "p95", "p99")}
+    p50, p90, p95, p99 = np.percentile(x, [50, 90, 95, 99])
+    return {f"{prefix}_mean_s": float(x.mean()), f"{prefix}_p50_s": float(p50),
+            f"{prefix}_p90_s": float(p90), f"{prefix}_p95_s": float(p95), f"{prefix}_p99_s": float(p99)}
+
+
+def _prefill_s_array(cost, new, cached):
+    try:
+        out = np.asarray(cost.prefill_s(new.astype(np.float64), cached.astype(np.float64)), dtype=float)
+        if out.shape == new.shape:
+            return out
+    except Exception:  # scalar-only cost model
+        pass
+    return np.array([cost.prefill_s(int(a), int(b)) for a, b in zip(new, cached)], dtype=float)
+
+
+def run_metrics(requests: pd.DataFrame, transfers: pd.DataFrame, cost, num_replicas: int,
+                busy_s: np.ndarray) -> dict:
+    """Run metrics from the per-request and transfer tables.
+
+    Keys: ``requests``; ``ttft_{mean,p50,p90,p95,p99}_s``; ``e2e_mean_s``; ``queue_wait_mean_s``;
+    ``hit_fraction`` (reused / prompt tokens) and ``hit_fraction_{hbm,dram,disk}``;
+    ``prompt_tokens``, ``recomputed_prefill_tokens``; ``recomputed_prefill_gpu_s`` (GPU-seconds of
+    prefill actually run = prefill time x GPUs per replica) and ``prefill_gpu_s_saved`` (versus
+    recomputing every prompt from scratch); ``rdma_bytes``, ``rdma_copies``, ``copies_unused``
+    (copies that served no request); ``makespan_s``; ``busy_fraction_mean``.
+    """
+    m = {"requests": int(len(requests))}
+    m.update(_percentiles(requests["ttft_s"].to_numpy(), "ttft"))
+    m["e2e_mean_s"] = float(requests["e2e_s"].mean()) if len(requests) else float("nan")
+    m["queue_wait_mean_s"] = float(requests["queue_wait_s"].mean()) if len(requests) else float("nan")
+    prompt = float(requests["input_length"].sum())
+    m["prompt_tokens"] = int(prompt)
+    denom = prompt if prompt > 0 else 1.0
+    m["hit_fraction"] = float(requests["reused_tokens"].sum()) / denom
+    for tier in ("hbm", "dram", "disk"):
+        m[f"hit_fraction_{tier}"] = float(requests[f"hit_{tier}_tokens"].sum()) / denom
+    m["recomputed_prefill_tokens"] = int(requests["recomputed_tokens"].sum())
+    gpus = int(cost.node.num_gpus)
+    new = requests["recomputed_tokens"].to_numpy()
+    cached = requests["reused_tokens"].to_numpy()
+    ran = _prefill_s_array(cost, new, cached) if len(new) else np.zeros(0)
+    full = _prefill_s_array(cost, requests["input_length"].to_numpy(), np.zeros(len(new))) if len(new) else np.zeros(0)
+    m["recomputed_prefill_gpu_s"] = float(ran.sum() * gpus)
+    m["prefill_gpu_s_saved"] = float((full - ran).sum() * gpus)
+    m["rdma_bytes"] = int(transfers["bytes"].sum()) if len(transfers) else 0
+    m["rdma_copies"] = int(len(transfers))
+    m["copies_unused"] = int((transfers["served_requests"] == 0).sum()) if len(transfers) else 0
+    makespan = float(requests["finish_s"].max()) if len(requests) else 0.0
+    m["makespan_s"] = makespan
+    m["busy_fraction_mean"] = float(np.mean(busy_s) / makespan) if makespan > 0 else 0.0
+    return m
+
+
+def build_result(sim) -> SimResult:
+    """Assemble a :class:`SimResult` from a finished :class:`~btb_core.sim.engine.Simulator`."""
+    jobs = sim.jobs
+    n = len(jobs)
+    cols = {
+        "request_id": [j.req.request_id for j in jobs],
+        "arrival_s": np.fromiter((j.req.arrival_s for j in jobs), float, n),
+        "replica": np.fromiter((j.replica for j in jobs), np.int32, n),
+        "input_length": np.fromiter((j.req.input_length for j in jobs), np.int64, n),
+        "output_length": np.fromiter((j.req.output_length for j in jobs), np.int64, n),
+        "admit_s": np.fromiter((j.admit_s for j in jobs), float, n),
+        "reuse_tier": pd.Categorical([j.reuse_tier for j in jobs],
+                                     categories=["none", "hbm", "dram", "disk"]),
+        "reused_tokens": np.fromiter((j.reused_tokens for j in jobs), np.int64, n),
+        "hit_hbm_tokens": np.fromiter((j.hit_hbm for j in jobs), np.int64, n),
+        "hit_dram_tokens": np.fromiter((j.hit_dram for j in jobs), np.int64, n),
+        "hit_disk_tokens": np.fromiter((j.hit_disk for j in jobs), np.int64, n),
+        "load_s": np.fromiter((j.load_s for j in jobs), float, n),
+        "first_token_s": np.fromiter((j.first_token_s for j in jobs), float, n),
+        "finish_s": np.fromiter((j.finish_s for j in jobs), float, n),
+    }
+    df = pd.DataFrame(cols)
+    df["queue_wait_s"] = df["admit_s"] - df["arrival_s"]
+    df["recomputed_tokens"] = df["input_length"] - df["reused_tokens"]
+    df["prefill_s"] = df["first_token_s"] - df["admit_s"]
+    df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
+    df["e2e_s"] = df["finish_s"] - df["arrival_s"]
+    df = df[list(REQUEST_COLUMNS)]
+    tr = pd.DataFrame(
+        [(t.tid, t.src, t.dst, t.num_blocks, t.bytes, t.request_s, t.start_s, t.end_s,
+          t.landed_blocks, t.served) for t in sim.transfers],
+        columns=["transfer_id", "src", "dst", "blocks", "bytes", "request_s", "start_s", "end_s",
+                 "landed_blocks", "served_requests"])
+    qs = pd.DataFrame(sim.queue_samples, columns=["time_s", "replica", "queue_length"])
+    bi = pd.DataFrame(sim.busy_intervals, columns=["replica", "start_s", "end_s"])
+    busy = np.array([r.busy_s for r in sim.replicas])
+    metrics = run_metrics(df, tr, sim.cost, sim.num_replicas, busy)
+    metrics["events"] = int(sim.events)
+    peaks = {
+        "peak_hbm_blocks": max(r.cache.peak_hbm_blocks for r in sim.replicas),
+        "peak_dram_blocks": max(r.cache.peak_dram_blocks for r in sim.replicas),
+        "hbm_capacity_blocks": sim.capacity_blocks,
+    }
+    return SimResult(df, metrics, tr, qs, bi, sim.num_replicas, sim.block_tokens, info=peaks)
