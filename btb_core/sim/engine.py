@@ -2,8 +2,10 @@
 
 Events are ordered by ``(time_s, priority, sequence)`` so ties break the same way every run
 (as in SimPy's ``Environment``): transfer completions (priority 0) come before replica operation
-ends (1), which come before arrivals at the same instant (2). So a request arriving exactly when a
-prefill completes sees its blocks, and one arriving when a copy lands sees the copy.
+ends (1), which come before arrivals at the same instant (2), which come before an idle replica's
+scheduler wake-up (3). So a request arriving exactly when a prefill completes sees its blocks, one
+arriving when a copy lands sees the copy, and requests arriving at the same instant at an idle
+replica are scheduled together (as an engine's step loop would pick them up together).
 Arrivals are read from the sorted trace with a pointer rather than pushed on the heap.
 """
 
@@ -21,7 +23,7 @@ from .metrics import SimResult, build_result
 from .replica import DecodeModel, Job, Replica
 from .request import Request
 
-_TRANSFER, _OP = 0, 1
+_TRANSFER, _OP, _ARRIVAL, _KICK = 0, 1, 2, 3
 
 
 class Transfer:
@@ -177,13 +179,18 @@ class Simulator:
         inf = float("inf")
         while True:
             next_arrival = arrival_l[i] if i < n else inf
-            if heap and heap[0][0] <= next_arrival:
+            if heap and (heap[0][0] < next_arrival
+                         or (heap[0][0] == next_arrival and heap[0][1] < _ARRIVAL)):
                 t, prio, _, obj, token = heapq.heappop(heap)
                 self.now = t
                 self.events += 1
                 if prio == _OP:
                     if token == obj.op_token and obj.busy:
                         self._op_done(obj)
+                elif prio == _KICK:
+                    obj.kick_pending = False
+                    if not obj.busy:
+                        self._plan(obj)
                 else:
                     self._transfer_done(obj)
                 continue
@@ -207,7 +214,9 @@ class Simulator:
             rep.pending_prefill_tokens += job.req.input_length
             self._sample_queue(rep)
             if not rep.busy:
-                self._plan(rep)
+                if not rep.kick_pending:
+                    rep.kick_pending = True
+                    self._push(self.now, _KICK, rep)
             elif rep.op_kind == "stretch":
                 self._cut_stretch(rep)
         if bar is not None:

@@ -22,6 +22,8 @@ child block is always evicted before its parent (as in SGLang's radix cache, whi
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 
 class DiskTier:
     """An LRU block store on NVMe; one per replica, or one shared by all replicas of a cluster.
@@ -38,7 +40,7 @@ class DiskTier:
         if capacity_blocks < 0:
             raise ValueError(f"capacity_blocks must be >= 0, got {capacity_blocks}")
         self.capacity_blocks = int(capacity_blocks)
-        self.blocks: dict[int, None] = {}
+        self.blocks: OrderedDict[int, None] = OrderedDict()
         self.peak_blocks = 0
 
     def put(self, block: int) -> None:
@@ -48,7 +50,7 @@ class DiskTier:
         elif len(blocks) >= self.capacity_blocks:
             if self.capacity_blocks == 0:
                 return
-            del blocks[next(iter(blocks))]
+            blocks.popitem(last=False)
         blocks[block] = None
         if len(blocks) > self.peak_blocks:
             self.peak_blocks = len(blocks)
@@ -79,8 +81,8 @@ class KVCache:
         self.capacity_blocks = int(capacity_blocks)
         self.dram_capacity_blocks = int(dram_capacity_blocks)
         self.refcount: dict[int, int] = {}
-        self.lru: dict[int, None] = {}
-        self.dram: dict[int, None] = {}
+        self.lru: OrderedDict[int, None] = OrderedDict()
+        self.dram: OrderedDict[int, None] = OrderedDict()
         self.disk = disk
         self.used_slots = 0
         self.peak_hbm_blocks = 0
@@ -142,9 +144,7 @@ class KVCache:
         return self.capacity_blocks - self.used_slots
 
     def _evict_one(self) -> None:
-        lru = self.lru
-        block = next(iter(lru))
-        del lru[block]
+        block = self.lru.popitem(last=False)[0]
         self.evicted_blocks += 1
         if self.dram_capacity_blocks > 0:
             self._dram_put(block)
@@ -156,8 +156,7 @@ class KVCache:
         if block in dram:
             del dram[block]
         elif len(dram) >= self.dram_capacity_blocks:
-            old = next(iter(dram))
-            del dram[old]
+            old = dram.popitem(last=False)[0]
             if self.disk is not None:
                 self.disk.put(old)
         dram[block] = None

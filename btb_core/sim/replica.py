@@ -63,7 +63,7 @@ class Replica:
     __slots__ = ("idx", "cache", "waiting", "prefilling", "decode_heap", "n_decode", "ctx_tokens",
                  "steps_done", "busy", "op_kind", "op_token", "op_start_s", "op_end_s", "op_data",
                  "paused_until", "pending_prefill_tokens", "in_op", "copy_marks", "copy_lengths",
-                 "busy_s", "egress_free_s", "ingress_free_s")
+                 "busy_s", "egress_free_s", "ingress_free_s", "kick_pending")
 
     def __init__(self, idx, cache):
         self.idx = idx
@@ -88,6 +88,7 @@ class Replica:
         self.busy_s = 0.0
         self.egress_free_s = 0.0
         self.ingress_free_s = 0.0
+        self.kick_pending = False
 
     @property
     def running(self) -> int:
