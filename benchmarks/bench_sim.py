@@ -1,0 +1,82 @@
+"""Simulator throughput: simulated requests per second, events per second, peak RSS.
+
+Replays (1) the full shipped Mooncake conversation trace and (2) a 76,800-row trace shaped like the
+Bursted test split (benchmarks/shapes.py) with round_robin on 4, 16 and 64 replicas of
+Llama-3.3-70B on 4x H100 (chunked scheduler). Each case runs in its own process (one core), so
+peak RSS is per case. Prints a table and writes benchmarks/results_sim.json.
+
+Run: ``.venv/bin/python benchmarks/bench_sim.py`` (about a minute).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def _case(trace_name: str, replicas: int, queue) -> None:
+    t0 = time.perf_counter()
+    from btb_core.paths import DATA_DIR
+    from btb_core.routers import make_router
+    from btb_core.sim import ClusterConfig, simulate
+    from btb_core.trace import load_mooncake
+
+    if trace_name == "mooncake_conversation":
+        trace = load_mooncake(DATA_DIR / "traces" / "mooncake" / "conversation_trace.jsonl")
+    else:
+        from shapes import bursted_shaped_trace
+
+        trace = bursted_shaped_trace()
+    t1 = time.perf_counter()
+    cluster = ClusterConfig.from_setup("70b_h100x4", num_replicas=replicas, scheduler="chunked")
+    res = simulate(trace, make_router("round_robin"), cluster, seed=0, progress=False)
+    t2 = time.perf_counter()
+    n = len(trace)
+    queue.put({
+        "trace": trace_name, "replicas": replicas, "requests": n,
+        "load_s": round(t1 - t0, 3), "simulate_s": round(t2 - t1, 3),
+        "requests_per_s_end_to_end": round(n / (t2 - t0)),
+        "requests_per_s_simulate_only": round(n / (t2 - t1)),
+        "events": res.metrics["events"], "events_per_s": round(res.metrics["events"] / (t2 - t1)),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "ttft_mean_s": round(res.metrics["ttft_mean_s"], 4),
+    })
+
+
+def main() -> int:
+    ctx = mp.get_context("spawn")
+    rows = []
+    for trace_name in ("mooncake_conversation", "bursted_shaped_76800"):
+        for replicas in (4, 16, 64):
+            q = ctx.Queue()
+            p = ctx.Process(target=_case, args=(trace_name, replicas, q))
+            p.start()
+            row = q.get()
+            p.join()
+            rows.append(row)
+            print(f"{row['trace']:<24} replicas={replicas:<3} req/s end-to-end "
+                  f"{row['requests_per_s_end_to_end']:>7,}  simulate-only {row['requests_per_s_simulate_only']:>7,}  "
+                  f"events/s {row['events_per_s']:>8,}  peak RSS {row['peak_rss_mb']:>6} MB  "
+                  f"(load {row['load_s']} s, simulate {row['simulate_s']} s)", flush=True)
+    by = {(r["trace"], r["replicas"]): r for r in rows}
+    for t in ("mooncake_conversation", "bursted_shaped_76800"):
+        ratio = by[(t, 64)]["simulate_s"] / by[(t, 4)]["simulate_s"]
+        print(f"{t}: time per request at 64 replicas / at 4 = {ratio:.2f}")
+    out = HERE / "results_sim.json"
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"machine": {"cpus": os.cpu_count()}, "cases": rows}, indent=2))
+    os.replace(tmp, out)
+    print(f"written {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
