@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 from .base import ClusterView, Router
+from .btb import BTBRouter
+from .cache_aware import CacheAwareRouter
+from .kv_aware import KvAwareRouter
+from .least_load import LeastLoadRouter
+from .llm_d import LlmDRouter
+from .params import RouterParam, parse_router_params, router_params
+from .power_of_two import PowerOfTwoRouter
+from .random import RandomRouter
 from .round_robin import RoundRobinRouter
 
 #: Policy name -> router class. A new policy is one new file plus one line here.
 POLICIES: dict[str, type[Router]] = {
     RoundRobinRouter.name: RoundRobinRouter,
+    RandomRouter.name: RandomRouter,
+    PowerOfTwoRouter.name: PowerOfTwoRouter,
+    LeastLoadRouter.name: LeastLoadRouter,
+    CacheAwareRouter.name: CacheAwareRouter,
+    KvAwareRouter.name: KvAwareRouter,
+    LlmDRouter.name: LlmDRouter,
+    BTBRouter.name: BTBRouter,
 }
 
 
@@ -20,4 +35,5 @@ def make_router(name: str, **params) -> Router:
     return cls(**params)
 
 
-__all__ = ["POLICIES", "ClusterView", "Router", "make_router"]
+__all__ = ["POLICIES", "ClusterView", "Router", "RouterParam", "make_router",
+           "parse_router_params", "router_params"]

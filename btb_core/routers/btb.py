@@ -1,0 +1,207 @@
+"""Bite the Bullet (BTB): detect a same-prefix burst, copy its KV to M replicas, spread the burst.
+
+Rule (``DESIGN.md`` sections 1 and 5, issue 5), per arrival:
+
+1. If the prompt has at least ``Y`` full blocks, feed its prefix key (the chained id of block ``Y``,
+   which names the first ``Y`` blocks) to the :class:`~btb_core.detector.BurstDetector`: the prefix
+   is *active* when ``X`` arrivals of it fall within ``Z`` seconds.
+2. While it is active and some replica holds those ``Y`` blocks as complete blocks (any tier of
+   ``source_tiers``; ``view.cached_blocks`` reports only blocks whose prefill finished or whose copy
+   landed, so a copy never starts from a prefill still running), start RDMA copies of the ``Y``
+   blocks to the least-loaded replicas that neither hold it nor were ever sent it, until ``M``
+   copies of this prefix have been started in total (a copy to a (prefix, destination) pair is
+   never started twice; fewer than ``M`` when fewer replicas are eligible). Each copy's source is a
+   holder with the shortest egress backlog at that moment (ties: lower index).
+3. Route: once at least one copy of the prefix has landed, send the request to the least-loaded
+   replica that holds the prefix now (a landed copy, the source, or a replica that computed it
+   itself: the KV-event view, ``view.cached_blocks`` over ``source_tiers``); otherwise (and for
+   every request without the prefix) use the contained SGLang-style
+   :class:`~btb_core.routers.cache_aware.CacheAwareRouter`. Every decision, whichever branch made
+   it, is recorded in that router's prefix tree and in-flight loads, so its picture stays right.
+
+Load is the in-flight request count this router dispatched (shared with the contained router).
+Defaults are the reference study's: ``X = 2``, ``Y = 65,536`` tokens (``65536 // block_tokens``
+blocks), ``Z = 1 s``, ``M = 4``.
+
+``pause_compute_while_receiving`` (default ``False``): a warm copy is written into the destination's
+HBM by its NIC (GPUDirect RDMA), which uses no streaming multiprocessors, so the destination keeps
+running its batch while the copy lands; this is how Mooncake's Transfer Engine (Qin et al.,
+"Mooncake: A KVCache-centric Architecture for Serving LLM Chatbot", FAST 2025) and DistServe
+(Zhong et al., OSDI 2024) move KV between instances that keep serving. ``True`` makes the
+destination start no new iteration until the copy lands
+(``view.start_transfer(..., pause_destination=True)``), a pessimistic bound for HBM-bandwidth
+contention.
+"""
+
+from __future__ import annotations
+
+from ..detector import BurstDetector, prefix_key
+from ..errors import ConfigError
+from .base import Router
+from .cache_aware import CacheAwareRouter, parse_tiers
+from .params import RouterParam, check_range
+
+#: Reference-study burst prefix length (tokens), ``DESIGN.md`` section 2.
+DEFAULT_Y_TOKENS = 65_536
+
+
+class BTBRouter(Router):
+    """Bite the Bullet replicating router (see the module docstring for the rule).
+
+    Parameters
+    ----------
+    x_repeats : int >= 1
+        Arrivals of one prefix within ``z_s`` that make it active (2).
+    y_tokens : int >= 1
+        Burst prefix length in tokens; ``Y = y_tokens // block_tokens`` blocks (65,536).
+    z_s : float >= 0
+        Detector window in seconds (1.0).
+    m_replicas : int >= 0
+        Warm copies started per active prefix (4); 0 disables copying (pure cache-aware).
+    y_blocks : int >= 0
+        If > 0, overrides ``y_tokens`` with an explicit block count (0).
+    pause_compute_while_receiving : bool
+        Destination pauses compute while a copy lands (``False``; see the module docstring).
+    source_tiers : str
+        Comma list of tiers in which a replica counts as holding the prefix (``"hbm,dram,disk"``).
+    **cache_aware
+        Parameters of the fallback :class:`CacheAwareRouter` (``cache_threshold`` etc.).
+
+    Raises
+    ------
+    ConfigError
+        On a value outside the ranges above or an unknown cache-aware parameter; at
+        :meth:`reset`, when ``y_tokens`` is shorter than one block.
+    """
+
+    name = "btb"
+    PARAMS = (
+        RouterParam("x_repeats", int, 2, "X: arrivals of one prefix that mark a burst"),
+        RouterParam("y_tokens", int, DEFAULT_Y_TOKENS, "Y: burst prefix length in tokens"),
+        RouterParam("z_s", float, 1.0, "Z: detector window in seconds"),
+        RouterParam("m_replicas", int, 4, "M: warm copies per active prefix"),
+        RouterParam("y_blocks", int, 0, "Y in blocks (overrides y_tokens when > 0)"),
+        RouterParam("pause_compute_while_receiving", bool, False,
+                    "destination pauses compute while a copy lands"),
+        RouterParam("source_tiers", str, "hbm,dram,disk", "tiers in which a replica holds it"),
+    ) + CacheAwareRouter.PARAMS
+
+    def __init__(self, x_repeats: int = 2, y_tokens: int = DEFAULT_Y_TOKENS, z_s: float = 1.0,
+                 m_replicas: int = 4, y_blocks: int = 0,
+                 pause_compute_while_receiving: bool = False,
+                 source_tiers: str = "hbm,dram,disk", **cache_aware) -> None:
+        p = self.name
+        check_range(p, "x_repeats", x_repeats, 1, integer=True)
+        check_range(p, "y_tokens", y_tokens, 1, integer=True)
+        check_range(p, "z_s", z_s, 0.0)
+        check_range(p, "m_replicas", m_replicas, 0, integer=True)
+        check_range(p, "y_blocks", y_blocks, 0, integer=True)
+        if not isinstance(pause_compute_while_receiving, bool):
+            raise ConfigError(f"{p}: pause_compute_while_receiving="
+                              f"{pause_compute_while_receiving!r} must be a bool")
+        known = {q.name for q in CacheAwareRouter.PARAMS}
+        unknown = sorted(set(cache_aware) - known)
+        if unknown:
+            raise ConfigError(f"{p}: unknown parameter(s) {unknown}; cache-aware ones are "
+                              f"{sorted(known)}")
+        self.x_repeats = x_repeats
+        self.y_tokens = y_tokens
+        self.z_s = float(z_s)
+        self.m_replicas = m_replicas
+        self.y_blocks_override = y_blocks
+        self.pause_compute_while_receiving = pause_compute_while_receiving
+        self.source_tiers = parse_tiers(source_tiers, p, "source_tiers")
+        self.cache_aware = CacheAwareRouter(**cache_aware)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def reset(self, view) -> None:
+        super().reset(view)
+        if self.y_blocks_override > 0:
+            self.y_blocks = self.y_blocks_override
+        else:
+            self.y_blocks = self.y_tokens // view.block_tokens
+            if self.y_blocks < 1:
+                raise ConfigError(f"btb: y_tokens={self.y_tokens} is shorter than one block of "
+                                  f"{view.block_tokens} tokens")
+        self.cache_aware.reset(view)
+        self.detector = BurstDetector(self.x_repeats, self.z_s)
+        self._started: dict = {}    # prefix key -> destinations a copy was started to
+        self._landed: dict = {}     # prefix key -> destinations whose copy landed
+        self._transfer_key: dict = {}
+        #: One dict per copy: key, src, dst, start_s, done_s (None until it lands).
+        self.transfers: list[dict] = []
+        #: Decision counts: "warm" (BTB branch) and "fallback" (cache-aware branch).
+        self.decisions = {"warm": 0, "fallback": 0}
+
+    @property
+    def load(self):
+        """The in-flight loads (shared with the contained cache-aware router)."""
+        return self.cache_aware.load
+
+    # -- the rule ------------------------------------------------------------------------------
+    def _replicate(self, key, prefix: tuple) -> None:
+        started = self._started.setdefault(key, set())
+        budget = self.m_replicas - len(started)
+        if budget <= 0:
+            return
+        v = self.view
+        y = len(prefix)
+        holding = [v.cached_blocks(r, prefix, self.source_tiers) >= y
+                   for r in range(v.num_replicas)]
+        holders = [r for r in range(v.num_replicas) if holding[r]]
+        if not holders:
+            return  # the first prefill is still running (or the prefix was evicted everywhere)
+        loads = self.load.loads
+        eligible = sorted((r for r in range(v.num_replicas) if not holding[r] and r not in started),
+                          key=lambda r: (loads[r], r))
+        for dst in eligible[:budget]:
+            src = min(holders, key=lambda r: (v.egress_backlog_s(r), r))
+            if self.pause_compute_while_receiving:
+                tid = v.start_transfer(src, dst, prefix, pause_destination=True)
+            else:
+                tid = v.start_transfer(src, dst, prefix)
+            started.add(dst)
+            self._transfer_key[tid] = (key, len(self.transfers))
+            self.transfers.append({"key": key, "src": src, "dst": dst, "num_blocks": y,
+                                   "start_s": v.now_s, "done_s": None})
+
+    def _warm_choice(self, key, prefix: tuple):
+        if not self._landed.get(key):
+            return None
+        v = self.view
+        y = len(prefix)
+        cands = [r for r in range(v.num_replicas)
+                 if v.cached_blocks(r, prefix, self.source_tiers) >= y]
+        return self.load.argmin(cands) if cands else None
+
+    def route(self, request) -> int:
+        y = self.y_blocks
+        replica = None
+        key = prefix_key(request.hash_ids, y) if request.full_blocks >= y else None
+        if key is not None:
+            prefix = tuple(request.hash_ids[:y])
+            if self.detector.observe(key, self.view.now_s) and self.m_replicas > 0:
+                self._replicate(key, prefix)
+            replica = self._warm_choice(key, prefix)
+        if replica is None:
+            replica = self.cache_aware.choose(request)
+            self.decisions["fallback"] += 1
+        else:
+            self.decisions["warm"] += 1
+        self.cache_aware.record(request, replica)
+        return replica
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def on_request_finished(self, request, replica: int) -> None:
+        self.cache_aware.on_request_finished(request, replica)
+
+    def on_transfer_done(self, transfer_id: int, src: int, dst: int, num_blocks: int) -> None:
+        entry = self._transfer_key.pop(transfer_id, None)
+        if entry is None:
+            return
+        key, row = entry
+        self._landed.setdefault(key, set()).add(dst)
+        self.transfers[row]["done_s"] = self.view.now_s
+
+
+__all__ = ["BTBRouter", "DEFAULT_Y_TOKENS"]

@@ -1,0 +1,100 @@
+"""KV-aware routing as in the NVIDIA Dynamo KV router.
+
+Reference: ``lib/llm/src/kv_router/scheduler.rs`` (ai-dynamo/dynamo @ db19bd2a),
+``DefaultWorkerSelector::select_worker`` and ``softmax_sample``. For each worker ``w`` and a request
+of ``isl`` tokens in ``ceil(isl / block)`` blocks:
+
+- ``overlap_w`` = leading request blocks cached on ``w`` (the KV-event indexer; here
+  ``view.cached_blocks`` over ``overlap_tiers``, default device HBM only, as the default indexer
+  sees GPU blocks);
+- ``prefill_blocks_w = (active prefill tokens on w + isl - overlap_w * block) / block``;
+- ``decode_blocks_w = active blocks on w + request blocks - overlap_w`` (blocks the request would
+  add);
+- ``logit_w = overlap_score_weight * prefill_blocks_w + decode_blocks_w`` (lower is better;
+  ``overlap_score_weight`` default 1.0, ``--kv-overlap-score-weight`` in the Dynamo docs).
+
+Temperature 0 (``--router-temperature`` default 0.0) takes the minimum logit and breaks ties
+uniformly at random; ``T > 0`` samples from ``softmax(-logit / ((max - min) * T))`` (logits
+normalised by their range; uniform when all are equal). Random draws come from ``view.rng``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .base import Router
+from .cache_aware import parse_tiers
+from .params import RouterParam, check_range
+
+
+class KvAwareRouter(Router):
+    """NVIDIA Dynamo KV router cost function (see the module docstring).
+
+    Parameters
+    ----------
+    overlap_score_weight : float >= 0
+        Weight of the prefill term (1.0, Dynamo ``KvRouterConfig`` default).
+    router_temperature : float >= 0
+        0 = argmin with seeded random ties; > 0 = softmax sampling (0.0, Dynamo default).
+    overlap_tiers : str
+        Comma list of cache tiers whose blocks count as overlap (default ``"hbm"``).
+
+    Raises
+    ------
+    ConfigError
+        On a negative weight or temperature, or an unknown tier.
+    """
+
+    name = "kv_aware"
+    PARAMS = (
+        RouterParam("overlap_score_weight", float, 1.0, "weight of the prefill-blocks term"),
+        RouterParam("router_temperature", float, 0.0, "0 = argmin, > 0 = softmax sampling"),
+        RouterParam("overlap_tiers", str, "hbm", "cache tiers counted as overlap"),
+    )
+
+    def __init__(self, overlap_score_weight: float = 1.0, router_temperature: float = 0.0,
+                 overlap_tiers: str = "hbm") -> None:
+        check_range(self.name, "overlap_score_weight", overlap_score_weight, 0.0)
+        check_range(self.name, "router_temperature", router_temperature, 0.0)
+        self.overlap_score_weight = float(overlap_score_weight)
+        self.router_temperature = float(router_temperature)
+        self.overlap_tiers = parse_tiers(overlap_tiers, self.name, "overlap_tiers")
+
+    def logits(self, request) -> np.ndarray:
+        """Per-replica cost, shape ``(num_replicas,)``, in blocks (lower is better)."""
+        v = self.view
+        bt = request.block_tokens
+        isl = int(request.input_length)
+        req_blocks = math.ceil(isl / bt)
+        out = np.empty(v.num_replicas)
+        for r in range(v.num_replicas):
+            overlap = min(v.cached_blocks(r, request.hash_ids, self.overlap_tiers), req_blocks)
+            uncached = max(0, isl - overlap * bt)
+            prefill_blocks = (v.active_prefill_tokens(r) + uncached) / bt
+            decode_blocks = v.active_blocks(r) + (req_blocks - overlap)
+            out[r] = self.overlap_score_weight * prefill_blocks + decode_blocks
+        return out
+
+    def probabilities(self, logits: np.ndarray) -> np.ndarray:
+        """Dynamo's softmax over range-normalised negated logits at ``router_temperature > 0``."""
+        lo, hi = float(logits.min()), float(logits.max())
+        if hi == lo:
+            return np.full(len(logits), 1.0 / len(logits))
+        scaled = -(logits - lo) / ((hi - lo) * self.router_temperature)
+        p = np.exp(scaled - scaled.max())
+        return p / p.sum()
+
+    def route(self, request) -> int:
+        logits = self.logits(request)
+        rng = self.view.rng
+        if self.router_temperature == 0.0:
+            tied = np.flatnonzero(logits == logits.min())
+            return int(tied[0]) if len(tied) == 1 else int(tied[rng.integers(len(tied))])
+        p = self.probabilities(logits)
+        u = rng.random()
+        return int(min(np.searchsorted(np.cumsum(p), u, side="left"), len(p) - 1))
+
+
+__all__ = ["KvAwareRouter"]

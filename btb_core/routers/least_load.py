@@ -1,0 +1,112 @@
+"""Least-load: the replica with the fewest in-flight requests this router dispatched.
+
+Reference: SGLang Model Gateway ``sgl-model-gateway/src/policies/least_load.rs`` (sgl-project/sglang
+@ bc9fd4a7) keeps, per worker, the load it dispatched and not yet completed (incremented in
+``select_worker``, decremented in ``on_request_complete``) and picks the first worker with the
+minimum load. That release weighs a request by its text length; the project's definition
+(``DESIGN.md`` section 5) counts requests, which is the default here (``load_unit="requests"``), and
+``load_unit="prompt_tokens"`` reproduces the length-weighted variant.
+"""
+
+from __future__ import annotations
+
+from .base import Router
+from .params import RouterParam
+from ..errors import ConfigError
+
+
+class InFlightLoad:
+    """Per-replica in-flight load as the router itself tracks it (route +, finish -).
+
+    Parameters
+    ----------
+    num_replicas : int
+    unit : {"requests", "prompt_tokens"}
+        What one request adds: 1, or its ``input_length``.
+
+    Notes
+    -----
+    A finished request removes exactly what it added (kept per request index), so the load never
+    goes negative and a request finished twice is ignored.
+    """
+
+    def __init__(self, num_replicas: int, unit: str = "requests") -> None:
+        if unit not in ("requests", "prompt_tokens"):
+            raise ConfigError(f"load unit={unit!r} must be 'requests' or 'prompt_tokens'")
+        self.unit = unit
+        self.loads = [0] * num_replicas
+        self._pending: dict[int, tuple[int, int]] = {}
+
+    def add(self, request, replica: int) -> None:
+        """Count ``request`` as in flight on ``replica``."""
+        amount = 1 if self.unit == "requests" else int(request.input_length)
+        self.loads[replica] += amount
+        self._pending[request.index] = (replica, amount)
+
+    def finish(self, request) -> None:
+        """Remove ``request``'s load (no-op if it was never added or already removed)."""
+        entry = self._pending.pop(request.index, None)
+        if entry is not None:
+            replica, amount = entry
+            self.loads[replica] -= amount
+
+    def argmin(self, candidates=None) -> int:
+        """Lowest-load replica among ``candidates`` (default all); ties go to the lowest index."""
+        idx = range(len(self.loads)) if candidates is None else candidates
+        return min(idx, key=lambda r: (self.loads[r], r))
+
+
+class LeastLoadRouter(Router):
+    """Send each request to the replica with the fewest in-flight requests this router dispatched.
+
+    Parameters
+    ----------
+    tie_break : {"index", "random"}
+        ``"index"`` (default, as SGLang's first-minimum scan) or uniformly at random among the tied
+        replicas using ``view.rng``.
+    load_unit : {"requests", "prompt_tokens"}
+        Load per request: 1 (default, ``DESIGN.md`` section 5) or its prompt length (the SGLang
+        release cited in the module docstring weighs by text length).
+
+    Raises
+    ------
+    ConfigError
+        On a value outside the choices above.
+    """
+
+    name = "least_load"
+    PARAMS = (
+        RouterParam("tie_break", str, "index", "ties: lowest index or random", ("index", "random")),
+        RouterParam("load_unit", str, "requests", "load per request",
+                    ("requests", "prompt_tokens")),
+    )
+
+    def __init__(self, tie_break: str = "index", load_unit: str = "requests") -> None:
+        if tie_break not in ("index", "random"):
+            raise ConfigError(f"least_load: tie_break={tie_break!r} must be 'index' or 'random'")
+        if load_unit not in ("requests", "prompt_tokens"):
+            raise ConfigError(f"least_load: load_unit={load_unit!r} must be 'requests' or "
+                              "'prompt_tokens'")
+        self.tie_break = tie_break
+        self.load_unit = load_unit
+
+    def reset(self, view) -> None:
+        super().reset(view)
+        self.load = InFlightLoad(view.num_replicas, self.load_unit)
+
+    def route(self, request) -> int:
+        loads = self.load.loads
+        if self.tie_break == "index":
+            replica = self.load.argmin()
+        else:
+            low = min(loads)
+            tied = [r for r, v in enumerate(loads) if v == low]
+            replica = tied[int(self.view.rng.integers(len(tied)))] if len(tied) > 1 else tied[0]
+        self.load.add(request, replica)
+        return replica
+
+    def on_request_finished(self, request, replica: int) -> None:
+        self.load.finish(request)
+
+
+__all__ = ["InFlightLoad", "LeastLoadRouter"]

@@ -1,0 +1,131 @@
+"""llm-d / Gateway API Inference Extension endpoint picker: a weighted sum of scorers.
+
+References (kubernetes-sigs/gateway-api-inference-extension):
+
+- default profile ``config/charts/inferencepool/templates/epp-config.yaml`` (@ 139eec85):
+  ``queue-scorer`` weight 2, ``kv-cache-utilization-scorer`` weight 2, ``prefix-cache-scorer``
+  weight 3, then the max-score picker (the llm-d ``inference-scheduling`` guide deploys this chart);
+- ``pkg/epp/scheduling/framework/plugins/scorer/queue.go`` (@ c729d434):
+  ``(maxQ - q) / (maxQ - minQ)`` over the engines' waiting queues, 1.0 when all are equal;
+- ``pkg/epp/scheduling/framework/plugins/scorer/kvcache_utilization.go`` (@ 62d14799):
+  ``1 - KV cache usage``;
+- ``pkg/epp/scheduling/framework/plugins/multi/prefix/plugin.go`` (@ 4bc4889d): the router's own
+  approximate index of the block hashes it sent to each server, an LRU of
+  ``DefaultLRUCapacityPerServer = 31250`` blocks per server, matching at most
+  ``DefaultMaxPrefixBlocks = 256`` leading blocks; score = matched blocks / request blocks.
+
+Here the prefix blocks are the trace's ``hash_ids`` (full blocks only, as the plugin hashes full
+blocks), and ``prefix_mode="kv_events"`` swaps the approximate index for the true cache contents
+(llm-d's "precise" prefix scorer, which listens to vLLM KV events). The picker takes the highest
+total and breaks ties uniformly at random with ``view.rng`` (the max-score picker shuffles first).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from ..errors import ConfigError
+from .base import Router
+from .cache_aware import parse_tiers
+from .params import RouterParam, check_range
+
+
+class LlmDRouter(Router):
+    """Weighted prefix / queue / KV-utilisation scoring (see the module docstring).
+
+    Parameters
+    ----------
+    prefix_weight, queue_weight, kv_cache_weight : float >= 0
+        Scorer weights (3, 2, 2: GAIE chart ``epp-config.yaml``).
+    prefix_mode : {"approx", "kv_events"}
+        Router-side LRU index of routed blocks (default) or the replicas' true caches.
+    lru_capacity_blocks : int >= 1
+        Blocks remembered per replica in ``approx`` mode (31,250, ``prefix/plugin.go``).
+    max_prefix_blocks : int >= 1
+        Leading blocks considered (256, ``prefix/plugin.go``).
+    kv_event_tiers : str
+        Tiers counted in ``kv_events`` mode (default ``"hbm"``: vLLM publishes GPU block events).
+
+    Raises
+    ------
+    ConfigError
+        On a value outside the ranges above.
+    """
+
+    name = "llm_d"
+    PARAMS = (
+        RouterParam("prefix_weight", float, 3.0, "weight of the prefix-cache scorer"),
+        RouterParam("queue_weight", float, 2.0, "weight of the queue scorer"),
+        RouterParam("kv_cache_weight", float, 2.0, "weight of the KV-utilisation scorer"),
+        RouterParam("prefix_mode", str, "approx", "router-side LRU index or true cache",
+                    ("approx", "kv_events")),
+        RouterParam("lru_capacity_blocks", int, 31250, "approx index blocks per replica"),
+        RouterParam("max_prefix_blocks", int, 256, "leading blocks considered"),
+        RouterParam("kv_event_tiers", str, "hbm", "tiers counted in kv_events mode"),
+    )
+
+    def __init__(self, prefix_weight: float = 3.0, queue_weight: float = 2.0,
+                 kv_cache_weight: float = 2.0, prefix_mode: str = "approx",
+                 lru_capacity_blocks: int = 31250, max_prefix_blocks: int = 256,
+                 kv_event_tiers: str = "hbm") -> None:
+        p = self.name
+        for field, value in (("prefix_weight", prefix_weight), ("queue_weight", queue_weight),
+                             ("kv_cache_weight", kv_cache_weight)):
+            check_range(p, field, value, 0.0)
+        check_range(p, "lru_capacity_blocks", lru_capacity_blocks, 1, integer=True)
+        check_range(p, "max_prefix_blocks", max_prefix_blocks, 1, integer=True)
+        if prefix_mode not in ("approx", "kv_events"):
+            raise ConfigError(f"{p}: prefix_mode={prefix_mode!r} must be 'approx' or 'kv_events'")
+        self.weights = (float(prefix_weight), float(queue_weight), float(kv_cache_weight))
+        self.prefix_mode = prefix_mode
+        self.lru_capacity_blocks = int(lru_capacity_blocks)
+        self.max_prefix_blocks = int(max_prefix_blocks)
+        self.kv_event_tiers = parse_tiers(kv_event_tiers, p, "kv_event_tiers")
+
+    def reset(self, view) -> None:
+        super().reset(view)
+        self._lru = [OrderedDict() for _ in range(view.num_replicas)]
+
+    def _prefix_blocks(self, request) -> tuple:
+        return tuple(request.hash_ids[:min(request.full_blocks, self.max_prefix_blocks)])
+
+    def scores(self, request) -> np.ndarray:
+        """Per-replica scorer values, shape ``(num_replicas, 3)``: prefix, queue, KV, each in
+        [0, 1] (unweighted)."""
+        v = self.view
+        n = v.num_replicas
+        blocks = self._prefix_blocks(request)
+        out = np.zeros((n, 3))
+        for r in range(n):
+            if blocks:
+                if self.prefix_mode == "approx":
+                    lru = self._lru[r]
+                    k = 0
+                    while k < len(blocks) and blocks[k] in lru:
+                        k += 1
+                else:
+                    k = min(v.cached_blocks(r, blocks, self.kv_event_tiers), len(blocks))
+                out[r, 0] = k / len(blocks)
+            out[r, 2] = 1.0 - float(v.kv_usage(r))
+        queues = [v.queue_length(r) for r in range(n)]
+        qmax, qmin = max(queues), min(queues)
+        out[:, 1] = 1.0 if qmax == qmin else [(qmax - q) / (qmax - qmin) for q in queues]
+        return out
+
+    def route(self, request) -> int:
+        total = self.scores(request) @ np.array(self.weights)
+        tied = np.flatnonzero(total == total.max())
+        replica = int(tied[0]) if len(tied) == 1 else int(tied[self.view.rng.integers(len(tied))])
+        if self.prefix_mode == "approx":
+            lru = self._lru[replica]
+            for h in self._prefix_blocks(request):
+                lru[h] = None
+                lru.move_to_end(h)
+            while len(lru) > self.lru_capacity_blocks:
+                lru.popitem(last=False)
+        return replica
+
+
+__all__ = ["LlmDRouter"]

@@ -1,0 +1,133 @@
+"""A router's own approximate prefix index: per-replica block trees of the prompts it routed there.
+
+This is the data structure behind SGLang's cache-aware policy (a multi-tenant radix tree, one tenant
+per worker, ``sgl-model-gateway/src/policies/tree.rs``, sgl-project/sglang @ 24ce7f6c), at block
+rather than character granularity. Because trace ``hash_ids`` are chained (equal id at position i
+means equal first ``(i + 1) * block_tokens`` tokens; ``DESIGN.md`` section 2), a block id names one
+node of one global prefix tree and its parent is the previous id of any prompt that contains it.
+
+Invariant: a replica's node set is prefix-closed along every prompt (insertion adds the whole path;
+eviction removes only leaves), so "is ``hash_ids[k]`` present" is monotone in ``k`` and the longest
+match is a binary search, ``O(log L)`` per replica for an ``L``-block prompt.
+
+Eviction follows ``Tree::evict_tenant_by_size``: while a replica's size exceeds the bound, remove
+its least-recently-used leaf (a leaf for that replica: no child of it is held by the same replica).
+Sizes are counted in tokens (SGLang counts characters of raw text; ``max_tree_size`` in this
+project is tokens).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Sequence
+
+
+class ApproxPrefixIndex:
+    """Per-replica approximate prefix trees over chained block ids.
+
+    Parameters
+    ----------
+    num_replicas : int
+        Replicas are ``0 .. num_replicas - 1``.
+
+    Notes
+    -----
+    Memory is one dict entry per (replica, block) held plus one global entry per distinct block.
+    """
+
+    def __init__(self, num_replicas: int) -> None:
+        self.num_replicas = num_replicas
+        self._time: list[dict] = [dict() for _ in range(num_replicas)]      # node -> last access s
+        self._children: list[dict] = [dict() for _ in range(num_replicas)]  # node -> #children held
+        self._size_tokens = [0] * num_replicas
+        self._parent: dict = {}   # node -> parent node (None at the root's children)
+        self._tokens: dict = {}   # node -> tokens the block covers (last block may be partial)
+
+    # -- queries -------------------------------------------------------------------------------
+    def match_blocks(self, replica: int, hash_ids: Sequence) -> int:
+        """Number of leading ``hash_ids`` present in ``replica``'s tree (longest prefix match)."""
+        held = self._time[replica]
+        lo, hi = 0, len(hash_ids)  # answer k in [lo, hi]: hash_ids[:k] all held
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if hash_ids[mid - 1] in held:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def match_tokens(self, replica: int, hash_ids: Sequence, input_length: int,
+                     block_tokens: int) -> int:
+        """Matched prompt tokens: ``min(matched_blocks * block_tokens, input_length)``."""
+        return min(self.match_blocks(replica, hash_ids) * block_tokens, int(input_length))
+
+    def size_tokens(self, replica: int) -> int:
+        """Tokens held in ``replica``'s tree (SGLang ``tenant_char_count``, in tokens)."""
+        return self._size_tokens[replica]
+
+    def num_blocks(self, replica: int) -> int:
+        """Blocks (nodes) held in ``replica``'s tree."""
+        return len(self._time[replica])
+
+    # -- updates -------------------------------------------------------------------------------
+    def insert(self, replica: int, hash_ids: Sequence, input_length: int, block_tokens: int,
+               now_s: float) -> None:
+        """Add the prompt's whole block path to ``replica``'s tree and stamp it ``now_s``.
+
+        Parameters
+        ----------
+        replica : int
+        hash_ids : sequence of hashable
+            Chained block ids of the prompt.
+        input_length, block_tokens : int
+            Prompt tokens and tokens per block (the last block covers the remainder).
+        now_s : float
+            Access time in simulated seconds (the LRU clock).
+        """
+        held = self._time[replica]
+        children = self._children[replica]
+        parent_map, tokens_map = self._parent, self._tokens
+        n = len(hash_ids)
+        prev = None
+        for i, h in enumerate(hash_ids):
+            if h not in tokens_map:
+                tokens_map[h] = (block_tokens if i < n - 1
+                                 else max(1, int(input_length) - (n - 1) * block_tokens))
+                parent_map[h] = prev
+            if h not in held:
+                self._size_tokens[replica] += tokens_map[h]
+                children[h] = 0
+                if prev is not None:
+                    children[prev] += 1
+            held[h] = now_s
+            prev = h
+
+    def evict_to(self, replica: int, max_tokens: int) -> int:
+        """Remove LRU leaves of ``replica`` until its size is ``<= max_tokens``; returns blocks
+        removed. Ties in access time break by block id order of insertion into the heap."""
+        if self._size_tokens[replica] <= max_tokens:
+            return 0
+        held = self._time[replica]
+        children = self._children[replica]
+        heap = [(t, seq, h) for seq, (h, t) in enumerate(held.items()) if children[h] == 0]
+        heapq.heapify(heap)
+        seq = len(heap)
+        removed = 0
+        while heap and self._size_tokens[replica] > max_tokens:
+            t, _, h = heapq.heappop(heap)
+            if h not in held or children[h] != 0 or held[h] != t:
+                continue  # stale entry
+            del held[h]
+            del children[h]
+            self._size_tokens[replica] -= self._tokens[h]
+            removed += 1
+            p = self._parent[h]
+            if p is not None and p in children:
+                children[p] -= 1
+                if children[p] == 0:
+                    heapq.heappush(heap, (held[p], seq, p))
+                    seq += 1
+        return removed
+
+
+__all__ = ["ApproxPrefixIndex"]
