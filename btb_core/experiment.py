@@ -1,0 +1,376 @@
+"""Replay a Bursted dataset window by window for each policy x setup x scheduler (the study's result).
+
+As in the reference study, every window is replayed on a fresh cluster (empty caches, idle
+replicas) with the window's arrivals re-based to 0; optionally all windows also run as one
+continuous trace. Results are pooled per (setup, scheduler, policy) over two request sets:
+
+- ``"bursted"``: every request of every window (normal and synthetic);
+- ``"normal"``: the requests of normal windows only, the control in which BTB must be inert.
+
+Each row of the results table carries TTFT mean / p50 / p95 / p99, the speedup versus
+``cache_aware`` on the same setup, scheduler and dataset, and the cost ledger (RDMA bytes, copies,
+copies that served no request, recomputed prefill tokens and GPU-seconds, GPU-seconds saved versus
+recomputing every prompt and versus ``cache_aware``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .errors import ConfigError
+
+BASELINE_POLICY = "cache_aware"
+LEDGER_SUM = ("rdma_bytes", "rdma_copies", "copies_unused", "recomputed_prefill_tokens",
+              "recomputed_prefill_gpu_s", "prefill_gpu_s_saved", "prompt_tokens")
+
+
+# ------------------------------------------------------------------ windows
+def window_kind(window) -> str:
+    """``"synthetic"`` if any row of the window comes from a synthetic job or decoy, else ``"normal"``.
+
+    Uses a ``window_kind`` column when present, else the ``metadata`` field ``window_kind``,
+    else ``source`` values (``"synthetic"``, ``"job"``, ``"decoy"``, ``"burst"`` mark synthetic rows).
+    """
+    tab = window.table
+    if "window_kind" in tab.columns:
+        return str(tab["window_kind"].iloc[0])
+    if "metadata" in tab.columns and len(tab):
+        meta = tab["metadata"].iloc[0]
+        if isinstance(meta, str):
+            try:
+                meta = json.loads(meta)
+            except ValueError:
+                meta = None
+        if isinstance(meta, dict) and "window_kind" in meta:
+            return str(meta["window_kind"])
+    if "source" in tab.columns:
+        src = tab["source"].astype(str).str.lower()
+        if src.str.contains("synthetic|job|decoy|burst").any():
+            return "synthetic"
+    return "normal"
+
+
+@lru_cache(maxsize=4)
+def _load_windows(dataset: str, split: str | None):
+    from .trace import load_bursted
+
+    trace = load_bursted(dataset, split=split)
+    windows = trace.groups("trace_id")
+    return tuple(windows)
+
+
+def load_windows(dataset, split: str | None = "test", max_windows: int | None = None):
+    """Windows of a Bursted dataset split, as ``(window_id, kind, Trace)`` in dataset order.
+
+    Each window's arrivals start at 0 (the generator re-bases them). Cached per process.
+    """
+    windows = _load_windows(str(Path(dataset).resolve()) if not isinstance(dataset, str) or Path(dataset).exists()
+                            else dataset, split)
+    out = []
+    for w in windows[: max_windows if max_windows else None]:
+        wid = str(w.table["trace_id"].iloc[0])
+        out.append((wid, window_kind(w), _rebased(w)))
+    if not out:
+        raise ConfigError(f"{dataset}: split {split!r} has no windows")
+    return out
+
+
+def _rebased(w):
+    first = float(w.table["arrival_s"].iloc[0])
+    if first == 0.0 or not hasattr(w, "window"):
+        return w
+    try:
+        return w.window(first, None, rebase=True)
+    except TypeError:
+        return w
+
+
+# ------------------------------------------------------------------ one cell
+@dataclass(frozen=True)
+class Cell:
+    """One replay: a policy with parameters on one setup x scheduler x replica count x window."""
+
+    setup: str
+    scheduler: str
+    policy: str
+    window: str
+    replicas: int = 4
+    params: tuple = ()          # sorted (name, value) pairs
+    seed: int = 0
+    label: str = ""             # policy label in results (default: policy name)
+
+    def key(self) -> str:
+        """A stable string id (for resumable sweeps)."""
+        p = ",".join(f"{k}={v}" for k, v in self.params)
+        return f"{self.setup}|{self.scheduler}|{self.replicas}|{self.policy}[{p}]|{self.window}|{self.seed}"
+
+
+def run_cell(cell: Cell, window_trace, with_requests: bool = True) -> dict:
+    """Replay ``window_trace`` for ``cell``; returns metrics (and the per-request table)."""
+    from .routers import make_router
+    from .sim import ClusterConfig, simulate
+
+    cluster = ClusterConfig.from_setup(cell.setup, num_replicas=cell.replicas, scheduler=cell.scheduler)
+    router = make_router(cell.policy, **dict(cell.params))
+    res = simulate(window_trace, router, cluster, seed=cell.seed, progress=False)
+    out = {"metrics": res.metrics}
+    if with_requests:
+        req = res.requests[["request_id", "arrival_s", "replica", "reuse_tier", "reused_tokens",
+                            "queue_wait_s", "ttft_s", "e2e_s"]].copy()
+        out["requests"] = req
+    return out
+
+
+# ------------------------------------------------------------------ the experiment
+@dataclass
+class ExperimentResult:
+    """Pooled results (``results``), per-window metrics (``windows``) and per-request TTFTs
+    (``requests``: setup, scheduler, policy, window, kind, request_id, arrival_s, replica,
+    ttft_s, ...)."""
+
+    results: pd.DataFrame
+    windows: pd.DataFrame
+    requests: pd.DataFrame
+    info: dict = field(default_factory=dict)
+
+
+def pool(requests: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+    """Pool per-request TTFTs and per-window ledgers into the results table (see module docstring)."""
+    rows = []
+    keys = ["setup", "scheduler", "policy"]
+    for (setup, sched, pol), req in requests.groupby(keys, sort=False, observed=True):
+        win = windows[(windows.setup == setup) & (windows.scheduler == sched) & (windows.policy == pol)]
+        for dataset, kinds in (("bursted", None), ("normal", ("normal",))):
+            r = req if kinds is None else req[req["kind"].isin(kinds)]
+            w = win if kinds is None else win[win["kind"].isin(kinds)]
+            if not len(r):
+                continue
+            t = r["ttft_s"].to_numpy()
+            p50, p95, p99 = np.percentile(t, [50, 95, 99])
+            row = {"setup": setup, "scheduler": sched, "policy": pol, "dataset": dataset,
+                   "windows": int(len(w)), "requests": int(len(r)),
+                   "ttft_mean_s": float(t.mean()), "ttft_p50_s": float(p50),
+                   "ttft_p95_s": float(p95), "ttft_p99_s": float(p99)}
+            for k in LEDGER_SUM:
+                row[k] = float(w[k].sum()) if k in w else 0.0
+            rows.append(row)
+    res = pd.DataFrame(rows)
+    if res.empty:
+        return res
+    base = res[res.policy == BASELINE_POLICY].set_index(["setup", "scheduler", "dataset"])
+    speed, change, saved = [], [], []
+    for _, row in res.iterrows():
+        k = (row.setup, row.scheduler, row.dataset)
+        if k in base.index:
+            b = base.loc[k]
+            speed.append(b["ttft_mean_s"] / row.ttft_mean_s if row.ttft_mean_s > 0 else math.nan)
+            change.append(row.ttft_mean_s / b["ttft_mean_s"] - 1.0 if b["ttft_mean_s"] > 0 else math.nan)
+            saved.append(b["recomputed_prefill_gpu_s"] - row.recomputed_prefill_gpu_s)
+        else:
+            speed.append(math.nan)
+            change.append(math.nan)
+            saved.append(math.nan)
+    res["speedup_vs_cache_aware"] = speed
+    res["ttft_mean_change_vs_cache_aware"] = change
+    res["gpu_s_saved_vs_cache_aware"] = saved
+    for k in ("rdma_copies", "copies_unused", "recomputed_prefill_tokens", "prompt_tokens"):
+        res[k] = res[k].astype(np.int64)
+    return res
+
+
+def _cell_job(args):
+    """Worker entry point (process pool / Dask): load the window in the worker, replay it."""
+    cell, dataset, split = args
+    windows = {wid: (kind, tr) for wid, kind, tr in load_windows(dataset, split)}
+    kind, tr = windows[cell.window]
+    out = run_cell(cell, tr)
+    return cell, kind, out
+
+
+def run_experiment(dataset, split: str = "test", policies=("cache_aware", "btb"),
+                   setups=("70b_h100x4",), schedulers=("chunked",), replicas: int = 4,
+                   seed: int = 0, router_params: dict | None = None, max_windows: int | None = None,
+                   continuous: bool = False, workers: int = 1, progress: bool | None = None,
+                   ) -> ExperimentResult:
+    """Replay every window of ``dataset[split]`` for each setup x scheduler x policy.
+
+    Parameters
+    ----------
+    dataset : path
+        A Bursted dataset directory (``btb synth`` output).
+    split : str
+        Split name (``"test"`` for the study, ``"train"`` for tuning).
+    policies, setups, schedulers : sequences of str
+        Names from :data:`btb_core.routers.POLICIES`, :data:`btb_core.specs.SETUPS` and
+        ``("prefill_first", "chunked")``.
+    replicas : int
+        Replicas per cluster (4 as in the reference study).
+    router_params : dict, optional
+        Policy name -> constructor keyword arguments.
+    max_windows : int, optional
+        Replay only the first N windows of the split.
+    continuous : bool
+        Also replay all windows back to back as one run (policy label ``"<policy>@continuous"``
+        rows in ``info["continuous"]``).
+    workers : int
+        Worker processes (1 = serial in this process).
+
+    Returns
+    -------
+    ExperimentResult
+
+    Raises
+    ------
+    ConfigError
+        Unknown policy, setup or scheduler, or an empty split.
+    """
+    from .routers import POLICIES
+    from .sim import SCHEDULERS
+    from .specs import SETUPS
+
+    for p in policies:
+        if p not in POLICIES:
+            raise ConfigError(f"unknown policy {p!r}; choose from {', '.join(sorted(POLICIES))}")
+    for s in setups:
+        if s not in SETUPS:
+            raise ConfigError(f"unknown setup {s!r}; choose from {', '.join(sorted(SETUPS))}")
+    for s in schedulers:
+        if s not in SCHEDULERS:
+            raise ConfigError(f"unknown scheduler {s!r}; choose from {', '.join(SCHEDULERS)}")
+    router_params = router_params or {}
+    windows = load_windows(dataset, split, max_windows)
+    kinds = {wid: kind for wid, kind, _ in windows}
+    traces = {wid: tr for wid, _, tr in windows}
+    cells = [Cell(s, sch, p, wid, replicas, tuple(sorted(router_params.get(p, {}).items())), seed)
+             for s in setups for sch in schedulers for p in policies for wid, _, _ in windows]
+    outputs = []
+    bar = _bar(len(cells), progress, "replaying")
+    if workers > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        ds = str(Path(dataset).resolve())
+        with ProcessPoolExecutor(max_workers=workers) as pool_:
+            for cell, kind, out in pool_.map(_cell_job, [(c, ds, split) for c in cells]):
+                outputs.append((cell, kind, out))
+                if bar is not None:
+                    bar.update(1)
+    else:
+        for c in cells:
+            outputs.append((c, kinds[c.window], run_cell(c, traces[c.window])))
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+    win_rows, req_frames = [], []
+    for cell, kind, out in outputs:
+        m = out["metrics"]
+        win_rows.append({"setup": cell.setup, "scheduler": cell.scheduler, "policy": cell.policy,
+                         "window": cell.window, "kind": kind, **m})
+        r = out["requests"]
+        r.insert(0, "kind", kind)
+        r.insert(0, "window", cell.window)
+        r.insert(0, "policy", cell.policy)
+        r.insert(0, "scheduler", cell.scheduler)
+        r.insert(0, "setup", cell.setup)
+        req_frames.append(r)
+    windows_df = pd.DataFrame(win_rows)
+    requests_df = pd.concat(req_frames, ignore_index=True)
+    result = ExperimentResult(pool(requests_df, windows_df), windows_df, requests_df,
+                              info={"dataset": str(dataset), "split": split, "replicas": replicas,
+                                    "seed": seed, "windows": len(windows)})
+    if continuous:
+        result.info["continuous"] = _continuous(windows, policies, setups, schedulers, replicas,
+                                                seed, router_params)
+    return result
+
+
+def _continuous(windows, policies, setups, schedulers, replicas, seed, router_params):
+    """All windows back to back (30 s apart) as one run; returns a metrics table."""
+    from .routers import make_router
+    from .sim import ClusterConfig, simulate
+    from .trace import make_trace
+
+    a, i, o, h = [], [], [], []
+    offset = 0.0
+    for _, _, w in windows:
+        t = w.table
+        a.extend((t["arrival_s"].to_numpy() + offset).tolist())
+        i.extend(t["input_length"].tolist())
+        o.extend(t["output_length"].tolist())
+        h.extend([w.row_hash_ids(k).tolist() for k in range(len(w))])
+        offset = a[-1] + 30.0
+    block = windows[0][2].block_tokens
+    trace = make_trace(a, i, o, h, block_tokens=block, name="continuous")
+    rows = []
+    for s in setups:
+        for sch in schedulers:
+            for p in policies:
+                cl = ClusterConfig.from_setup(s, num_replicas=replicas, scheduler=sch)
+                res = simulate(trace, make_router(p, **router_params.get(p, {})), cl, seed=seed)
+                rows.append({"setup": s, "scheduler": sch, "policy": p, **res.metrics})
+    return pd.DataFrame(rows)
+
+
+def _bar(total, progress, desc):
+    if progress is None:
+        progress = sys.stderr.isatty()
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="window")
+
+
+# ------------------------------------------------------------------ CLI glue
+def _json_clean(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating, float)):
+        return None if not math.isfinite(float(v)) else float(v)
+    return v
+
+
+def run_cli(args) -> int:
+    """``btb replay --dataset DIR ...`` (see :mod:`btb_core.commands.replay`)."""
+    from .routers import POLICIES, parse_router_params
+
+    schedulers = ("prefill_first", "chunked") if args.scheduler == "both" else (args.scheduler,)
+    params = {}
+    if args.router_param:
+        for p in args.policy:
+            cls = POLICIES.get(p)
+            if cls is None:
+                raise ConfigError(f"unknown policy {p!r}; choose from {', '.join(sorted(POLICIES))}")
+            names = {rp.name for rp in getattr(cls, "PARAMS", ())}
+            mine = [kv for kv in args.router_param if kv.split("=", 1)[0] in names]
+            params[p] = parse_router_params(cls, mine)
+    res = run_experiment(args.dataset, args.split, tuple(args.policy), tuple(args.setup), schedulers,
+                         replicas=args.replicas, seed=args.seed, router_params=params,
+                         max_windows=args.max_windows, continuous=args.continuous,
+                         progress=not args.json)
+    if args.out is not None:
+        from .commands.replay import _write_parquet
+
+        _write_parquet(res.requests, args.out, args.overwrite)
+    if args.json:
+        rows = [{k: _json_clean(v) for k, v in r.items()} for r in res.results.to_dict("records")]
+        print(json.dumps({"results": rows}, indent=2))
+    else:
+        cols = ["setup", "scheduler", "policy", "dataset", "requests", "ttft_mean_s", "ttft_p50_s",
+                "ttft_p95_s", "ttft_p99_s", "speedup_vs_cache_aware", "rdma_copies", "copies_unused",
+                "recomputed_prefill_tokens"]
+        with pd.option_context("display.width", 200, "display.max_columns", 20):
+            print(res.results[[c for c in cols if c in res.results]].to_string(index=False, float_format="%.3f"))
+        if "continuous" in res.info:
+            print("\ncontinuous run:")
+            print(res.info["continuous"][["setup", "scheduler", "policy", "ttft_mean_s", "ttft_p95_s"]]
+                  .to_string(index=False, float_format="%.3f"))
+    return 0

@@ -1,0 +1,275 @@
+"""Parameter sweeps: policy parameters x setups x schedulers x windows, resumable, on any executor.
+
+A grid (YAML or JSON file, or a dict) names a Bursted dataset split and the axes::
+
+    dataset: build/bursted          # a `btb synth` output directory (relative to the grid file)
+    split: train
+    max_windows: 6                  # optional: the first N windows
+    setups: [70b_h100x4]
+    schedulers: [chunked]
+    replicas: [4]
+    seed: 0
+    policies:
+      cache_aware: {}               # the baseline for speedups
+      btb:                          # each list is an axis; scalars are fixed values
+        x_repeats: [2, 3, 4]
+        z_s: [0.5, 1.0, 2.0]
+        m_replicas: 4
+    out: build/sweeps/btb_xz        # results: a parquet dataset directory
+
+Every cell (one policy-parameter combination on one setup x scheduler x replica count x window)
+is one simulation. Each finished cell is written at once as its own part file
+``out/cell-<hash>.parquet`` (temporary file + rename), so the directory is always a valid parquet
+dataset (``pandas.read_parquet(out)``) and an interrupted sweep, rerun, skips the cells already done.
+
+Executors: ``serial`` (this process), ``processes`` (a local process pool), ``dask`` (a
+``dask.distributed`` cluster: an existing scheduler address, or a ``LocalCluster`` of ``workers``
+processes). Workers load the dataset themselves (cached per process), so only cell descriptions and
+small metric rows cross the wire. Results do not depend on the executor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .errors import ConfigError
+from .experiment import BASELINE_POLICY, Cell, load_windows, run_cell
+
+#: Metric columns stored per cell (see :func:`btb_core.sim.metrics.run_metrics`).
+CELL_METRICS = ("requests", "ttft_mean_s", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "hit_fraction",
+                "rdma_bytes", "rdma_copies", "copies_unused", "recomputed_prefill_tokens",
+                "recomputed_prefill_gpu_s", "prefill_gpu_s_saved", "makespan_s")
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A parsed sweep grid (see the module docstring for the file format)."""
+
+    dataset: str
+    split: str
+    setups: tuple
+    schedulers: tuple
+    replicas: tuple
+    policies: tuple          # ((policy, ((name, value), ...)), ...) expanded combinations
+    seed: int
+    max_windows: int | None
+    out: str
+
+    @classmethod
+    def from_dict(cls, spec: dict, base_dir: Path | None = None, out: str | None = None) -> "Grid":
+        base_dir = Path(base_dir) if base_dir else Path.cwd()
+        if not isinstance(spec, dict):
+            raise ConfigError(f"grid must be a mapping, got {type(spec).__name__}")
+        if "dataset" not in spec:
+            raise ConfigError("grid: missing field 'dataset' (a `btb synth` output directory)")
+        from .routers import POLICIES
+
+        policies = []
+        pol_spec = spec.get("policies") or {"cache_aware": {}, "btb": {}}
+        if not isinstance(pol_spec, dict):
+            raise ConfigError("grid: 'policies' must map policy names to parameter axes")
+        for name, axes in pol_spec.items():
+            if name not in POLICIES:
+                raise ConfigError(f"grid: unknown policy {name!r}; choose from {', '.join(sorted(POLICIES))}")
+            axes = axes or {}
+            valid = {p.name for p in getattr(POLICIES[name], "PARAMS", ())}
+            for k in axes:
+                if k not in valid:
+                    raise ConfigError(f"grid: policy {name!r} has no parameter {k!r}; valid: {sorted(valid)}")
+            keys = sorted(axes)
+            values = [v if isinstance(v, list) else [v] for v in (axes[k] for k in keys)]
+            for combo in itertools.product(*values):
+                policies.append((name, tuple(zip(keys, combo))))
+
+        def tup(key, default):
+            v = spec.get(key, default)
+            return tuple(v if isinstance(v, list) else [v])
+
+        dataset = Path(spec["dataset"])
+        if not dataset.is_absolute():
+            dataset = base_dir / dataset
+        out_path = Path(out or spec.get("out") or "build/sweeps/results")
+        if not out_path.is_absolute():
+            out_path = base_dir / out_path
+        return cls(str(dataset), str(spec.get("split", "train")), tup("setups", "70b_h100x4"),
+                   tup("schedulers", "chunked"), tuple(int(r) for r in tup("replicas", 4)),
+                   tuple(policies), int(spec.get("seed", 0)), spec.get("max_windows"), str(out_path))
+
+    @classmethod
+    def from_file(cls, path, out: str | None = None) -> "Grid":
+        import yaml
+
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: grid file not found")
+        try:
+            spec = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML/JSON: {exc}") from None
+        return cls.from_dict(spec, base_dir=path.parent, out=out)
+
+    def cells(self) -> list[Cell]:
+        windows = load_windows(self.dataset, self.split, self.max_windows)
+        return [Cell(s, sch, pol, wid, r, params, self.seed)
+                for s in self.setups for sch in self.schedulers for r in self.replicas
+                for pol, params in self.policies for wid, _, _ in windows]
+
+
+def cell_id(cell: Cell) -> str:
+    return hashlib.sha1(cell.key().encode()).hexdigest()[:16]
+
+
+def _sweep_job(args):
+    cell, dataset, split, max_windows = args
+    kinds = {wid: (kind, tr) for wid, kind, tr in load_windows(dataset, split, max_windows)}
+    kind, tr = kinds[cell.window]
+    m = run_cell(cell, tr, with_requests=False)["metrics"]
+    row = {"cell": cell_id(cell), "key": cell.key(), "setup": cell.setup, "scheduler": cell.scheduler,
+           "replicas": cell.replicas, "policy": cell.policy,
+           "params": json.dumps(dict(cell.params), sort_keys=True), "window": cell.window,
+           "kind": kind, "seed": cell.seed}
+    for k, v in cell.params:
+        row[f"param_{k}"] = v
+    for k in CELL_METRICS:
+        row[k] = m[k]
+    return row
+
+
+def _write_part(out: Path, row: dict) -> None:
+    path = out / f"cell-{row['cell']}.parquet"
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".cell-", suffix=".tmp")
+    os.close(fd)
+    try:
+        pd.DataFrame([row]).to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def done_cells(out) -> set[str]:
+    out = Path(out)
+    if not out.exists():
+        return set()
+    return {p.stem[len("cell-"):] for p in out.glob("cell-*.parquet")}
+
+
+def read_results(out) -> pd.DataFrame:
+    """All finished cells of a sweep directory, sorted by key (empty DataFrame if none)."""
+    parts = sorted(Path(out).glob("cell-*.parquet"))
+    if not parts:
+        return pd.DataFrame()
+    df = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+    return df.sort_values("key", kind="stable").reset_index(drop=True)
+
+
+def run_sweep(grid: Grid, executor: str = "serial", workers: int = 2,
+              scheduler_address: str | None = None, progress: bool | None = None,
+              limit: int | None = None) -> pd.DataFrame:
+    """Run every unfinished cell of ``grid``; returns all results (finished before + now).
+
+    Parameters
+    ----------
+    grid : Grid
+    executor : {"serial", "processes", "dask"}
+    workers : int
+        Processes for ``processes``, or for a ``LocalCluster`` when ``dask`` has no address.
+    scheduler_address : str, optional
+        ``tcp://host:port`` of an existing Dask scheduler (implies ``executor="dask"``).
+    limit : int, optional
+        Run at most this many pending cells (then stop, as if interrupted).
+    """
+    if scheduler_address:
+        executor = "dask"
+    if executor not in ("serial", "processes", "dask"):
+        raise ConfigError(f"executor={executor!r}: choose serial, processes or dask")
+    out = Path(grid.out)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = out / "grid.json"
+    desc = json.dumps({"dataset": grid.dataset, "split": grid.split, "seed": grid.seed,
+                       "max_windows": grid.max_windows}, sort_keys=True)
+    if manifest.exists() and manifest.read_text() != desc:
+        raise ConfigError(f"{out} holds results of another sweep ({manifest.read_text()}); "
+                          "choose another --out or delete it")
+    manifest.write_text(desc)
+    finished = done_cells(out)
+    pending = [c for c in grid.cells() if cell_id(c) not in finished]
+    if limit is not None:
+        pending = pending[:limit]
+    jobs = [(c, grid.dataset, grid.split, grid.max_windows) for c in pending]
+    bar = None
+    if progress or (progress is None and sys.stderr.isatty()):
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(jobs), desc="sweep", unit="cell")
+
+    def done(row):
+        _write_part(out, row)
+        if bar is not None:
+            bar.update(1)
+
+    if executor == "serial" or not jobs:
+        for j in jobs:
+            done(_sweep_job(j))
+    elif executor == "processes":
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(max_workers=workers) as ex:
+            for fut in as_completed([ex.submit(_sweep_job, j) for j in jobs]):
+                done(fut.result())
+    else:
+        from dask.distributed import Client, LocalCluster, as_completed
+
+        cluster = None
+        if scheduler_address:
+            client = Client(scheduler_address)
+        else:
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=None)
+            client = Client(cluster)
+        try:
+            futures = [client.submit(_sweep_job, j, pure=False) for j in jobs]
+            for fut in as_completed(futures):
+                done(fut.result())
+        finally:
+            client.close()
+            if cluster is not None:
+                cluster.close()
+    if bar is not None:
+        bar.close()
+    return read_results(out)
+
+
+def summarize(results: pd.DataFrame, kinds=None) -> pd.DataFrame:
+    """Pool cells over windows per (setup, scheduler, replicas, policy, params).
+
+    ``ttft_mean_s`` is request-weighted; ``speedup_vs_cache_aware`` divides the ``cache_aware``
+    cell group's pooled mean TTFT (same setup, scheduler, replicas) by this group's; copies and
+    unused copies are summed. ``kinds`` restricts to window kinds (e.g. ``("synthetic",)``).
+    """
+    if results.empty:
+        return results
+    df = results if kinds is None else results[results["kind"].isin(kinds)]
+    keys = ["setup", "scheduler", "replicas", "policy", "params"]
+    g = df.assign(_w=df["ttft_mean_s"] * df["requests"]).groupby(keys, sort=True)
+    s = g.agg(requests=("requests", "sum"), _w=("_w", "sum"), windows=("window", "nunique"),
+              rdma_copies=("rdma_copies", "sum"), copies_unused=("copies_unused", "sum"),
+              recomputed_prefill_tokens=("recomputed_prefill_tokens", "sum")).reset_index()
+    s["ttft_mean_s"] = s.pop("_w") / s["requests"]
+    base = s[s.policy == BASELINE_POLICY].groupby(["setup", "scheduler", "replicas"])["ttft_mean_s"].first()
+    s["speedup_vs_cache_aware"] = [
+        base.get((r.setup, r.scheduler, r.replicas), np.nan) / r.ttft_mean_s for r in s.itertuples()]
+    params = s["params"].map(json.loads)
+    for k in sorted({k for p in params for k in p}):
+        s[k] = params.map(lambda p, k=k: p.get(k))
+    return s
