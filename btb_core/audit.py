@@ -29,7 +29,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from .errors import ConfigError, TraceError
+from .errors import ConfigError
 from .trace import Trace
 
 #: Default audit grid (issue 2): depths of 1k, 4k and 8k tokens, windows of 10 s and 60 s.

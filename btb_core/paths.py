@@ -15,8 +15,10 @@ def figures_dir() -> Path:
     """Where notebooks save figures: ``$BTB_FIGURES_DIR`` if set, else ``<repo>/figures``.
 
     ``make test`` points this at ``build/figures-quick`` so quick-parameter runs never overwrite the
-    full-size figures shipped in ``figures/``.
+    full-size figures shipped in ``figures/``. A relative path is taken from the repository root.
     """
     path = Path(os.environ.get("BTB_FIGURES_DIR", REPO_ROOT / "figures"))
+    if not path.is_absolute():
+        path = REPO_ROOT / path
     path.mkdir(parents=True, exist_ok=True)
     return path

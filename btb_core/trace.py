@@ -293,10 +293,9 @@ class Trace:
             raise TraceError(f"{self.name}: groups() needs a column to split by, got {column!r}")
         codes, uniques = pd.factorize(self.table[column], use_na_sentinel=False)
         if len(codes) and np.any(np.diff(codes) < 0):
-            order = np.argsort(codes, kind="stable")
-            raise TraceError(f"{self.name}: rows of {column!r} are not contiguous "
-                             f"(first stray row {int(np.flatnonzero(np.diff(codes) < 0)[0]) + 1}, "
-                             f"value {self.table[column].iloc[order[0]]!r})")
+            i = int(np.flatnonzero(np.diff(codes) < 0)[0]) + 1
+            raise TraceError(f"{self.name}: rows of {column!r} are not contiguous (row {i} returns "
+                             f"to {_show(self.table[column].iloc[i])} after other values)")
         bounds = np.flatnonzero(np.diff(codes)) + 1
         starts = np.concatenate([[0], bounds]).astype(int)
         stops = np.concatenate([bounds, [len(codes)]]).astype(int)
@@ -802,11 +801,10 @@ def _load_art_hub(dataset_id: str, split: str, max_rows: int | None) -> pd.DataF
     except ImportError as exc:  # pragma: no cover - a declared dependency
         raise TraceError(f"{dataset_id}: loading from the Hub needs `datasets` ({exc})") from None
     try:
-        if max_rows is not None:
+        if max_rows is not None:  # stream: read only the first rows
             ds = datasets.load_dataset(dataset_id, split=split, streaming=True)
-            rows = list(ds.remove_columns([c for c in _ART_DROP if c in (ds.column_names or [])])
-                        .take(max_rows)) if ds.column_names else list(ds.take(max_rows))
-            return pd.DataFrame.from_records(rows)
+            df = pd.DataFrame.from_records(list(ds.take(max_rows)))
+            return df.drop(columns=[c for c in _ART_DROP if c in df.columns])
         ds = datasets.load_dataset(dataset_id, split=split)
         drop = [c for c in _ART_DROP if c in ds.column_names]
         return ds.remove_columns(drop).to_pandas()

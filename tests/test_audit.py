@@ -6,7 +6,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -226,3 +225,22 @@ def test_mooncake_conversation_first_block_is_shared(conversation):
     t = conversation.arrival_s
     busiest_10s = max(np.searchsorted(t, x + 10, "left") - i for i, x in enumerate(t))
     assert fanout(conversation, 512, 10).max_fanout == busiest_10s
+
+
+def test_grouped_trace_is_audited_window_by_window():
+    # two windows on their own clocks: a 3-request burst in w0, unrelated requests in w1
+    hids = [["p", "q", f"a{i}"] for i in range(3)] + [[f"x{i}", "y", "z"] for i in range(3)]
+    tr = make_trace([0.0, 1.0, 2.0, 0.0, 1.0, 2.0], [12] * 6, [1] * 6, hids, block_tokens=4,
+                    trace_id=["w0"] * 3 + ["w1"] * 3, group_column="trace_id", name="ds")
+    df = fanout_table(tr, [8], [10.0], [False])
+    assert df[["trace", "max_fanout"]].values.tolist() == [["ds/w0", 3], ["ds/w1", 1]]
+    with pytest.raises(TraceError, match="split it with .groups"):
+        fanout(tr, 8, 10.0)
+
+
+def test_notebook_loader_adds_art_when_given():
+    from btb_core.audit import load_audit_traces
+
+    names = [t.name for t in load_audit_traces(art_path=str(FIXTURES / "art_small.parquet"))]
+    assert names == ["conversation_trace", "synthetic_trace", "art_small",
+                     "AzureLLMInferenceTrace_code", "AzureLLMInferenceTrace_conv"]

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -15,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from btb_core.errors import TraceError
-from btb_core.trace import (CORE_COLUMNS, Trace, TraceWarning, detect_format, load_art,
+from btb_core.trace import (CORE_COLUMNS, TraceWarning, detect_format, load_art,
                             load_azure, load_bursted, load_mooncake, load_trace, make_trace,
                             shipped_traces)
 
@@ -320,3 +318,11 @@ def test_detect_format_errors(tmp_path):
         load_trace(p)
     with pytest.raises(FileNotFoundError):
         load_trace(tmp_path / "nope.jsonl")
+
+
+def test_groups_need_contiguous_rows():
+    tr = make_trace([0.0, 1.0, 2.0], [4] * 3, [1] * 3, [[1], [2], [3]], block_tokens=4,
+                    trace_id=["a", "b", "a"], name="g")
+    with pytest.raises(TraceError, match=r"g: rows of 'trace_id' are not contiguous \(row 2 "
+                                         r"returns to 'a'"):
+        tr.groups("trace_id")

@@ -13,6 +13,17 @@ import pandas as pd
 NO_PREFIX_LABEL = "no prefix hash ids:\nfan-out cannot be measured"
 
 
+def _ticks(top: float) -> list[int]:
+    """1-2-5 ticks from 0 up to the first one at or above ``top`` (for a symlog axis)."""
+    ticks = [0]
+    for decade in (1, 10, 100, 1000, 10000, 100000):
+        for m in (1, 2, 5):
+            ticks.append(m * decade)
+            if ticks[-1] >= top:
+                return ticks
+    return ticks
+
+
 def fanout_chart(fanout: pd.DataFrame, *, exclude_sessions: bool = False, width: int = 220,
                  height: int = 200) -> alt.Chart:
     """Max fan-out vs depth, one line per window, one panel per trace.
@@ -22,6 +33,7 @@ def fanout_chart(fanout: pd.DataFrame, *, exclude_sessions: bool = False, width:
     fanout : pandas.DataFrame
         Output of :func:`btb_core.audit.fanout_table`. Traces whose ``max_fanout`` is missing (no
         prefix info) get a panel with :data:`NO_PREFIX_LABEL` instead of a line, so the gap shows.
+        The y axis is logarithmic; cells with fan-out 0 (no request that deep) are left out.
     exclude_sessions : bool
         Plot the rows computed with (True) or without (False) excluding earlier conversation turns.
     """
@@ -29,13 +41,13 @@ def fanout_chart(fanout: pd.DataFrame, *, exclude_sessions: bool = False, width:
     df["window"] = df["window_s"].map(lambda w: f"{w:g} s")
     df["turns"] = df["exclude_sessions"].map({False: "all requests", True: "earlier turns excluded"})
     has = df["max_fanout"].notna()
-    data = df[has].assign(max_fanout=lambda d: d["max_fanout"].astype(float), kind="line",
-                          label="")
+    data = df[has & (df["max_fanout"].fillna(0) > 0)].assign(
+        max_fanout=lambda d: d["max_fanout"].astype(float), kind="line", label="")
     depths = sorted(df["depth_tokens"].unique().tolist())
     mid = (min(depths) * max(depths)) ** 0.5 if depths else 4096.0  # centre of the log axis
     missing = (df[~has].drop_duplicates("trace")
-               .assign(depth_tokens=mid, max_fanout=max(1.0, float(data["max_fanout"].max()) / 2
-                                                        if len(data) else 1.0), kind="missing",
+               .assign(depth_tokens=mid, max_fanout=max(1.0, float(data["max_fanout"].max())) ** 0.5
+                       if len(data) else 1.0, kind="missing",
                        label=NO_PREFIX_LABEL))
     both = pd.concat([data, missing], ignore_index=True)[
         ["trace", "depth_tokens", "window", "turns", "max_fanout", "keys_at_max",
@@ -48,10 +60,12 @@ def fanout_chart(fanout: pd.DataFrame, *, exclude_sessions: bool = False, width:
               title="shared prefix depth (tokens; k = 1,024)",
               axis=alt.Axis(values=depths, labelExpr="datum.value >= 1024 ? "
                             "format(datum.value / 1024, '~g') + 'k' : datum.value"))
-    # symlog: the one-block depth of a trace whose prompts all share their first block reaches
-    # thousands while deep prefixes stay in single digits; 0 stays plottable.
+    # log: the one-block depth of a trace whose prompts all share their first block reaches
+    # thousands while deep prefixes stay in single digits (cells with fan-out 0 are not drawn).
     y = alt.Y("max_fanout:Q", title="max requests sharing it in one window",
-              scale=alt.Scale(type="symlog", domainMin=0))
+              scale=alt.Scale(type="log", domainMin=1),
+              axis=alt.Axis(values=_ticks(float(data["max_fanout"].max()) if len(data) else 1.0)[1:],
+                            labelOverlap=False, format="~s"))
     windows = sorted(df["window"].unique(), key=lambda s: float(s[:-2]))
     lines = alt.Chart().transform_filter(alt.datum.kind == "line").mark_line(point=True).encode(
         x=x, y=y,
