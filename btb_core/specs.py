@@ -476,6 +476,9 @@ SETUPS: dict[str, tuple[str, str, int]] = {
     "dense1t_b300x4": ("dense-1t", "b300", 4),
     "glm45_h100x8": ("glm-4.5", "h100", 8),
     "kimi_k2_b200x8": ("kimi-k2", "b200", 8),
+    # dense1t_b300x4 holds the 1T weights but leaves ~40 GB of HBM for KV: under 90 blocks of 512
+    # tokens, less than one 65,536-token prompt. A full 8-GPU HGX B300 node serves the Bursted jobs.
+    "dense1t_b300x8": ("dense-1t", "b300", 8),
     "70b_h200x4": ("llama-3.3-70b", "h200", 4),
     "70b_b200x4": ("llama-3.3-70b", "b200", 4),
     "70b_a100x4": ("llama-3.3-70b", "a100", 4),

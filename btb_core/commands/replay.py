@@ -91,6 +91,10 @@ def run(args) -> int:
 
     trace = load_trace(args.trace)
     trace.require_prefix_info("replay (prefix caching and routing)")
+    if getattr(trace, "group_column", None):
+        n = trace.table[trace.group_column].nunique()
+        raise ConfigError(f"{args.trace} holds {n} windows ({trace.group_column}), each with its own "
+                          f"clock; replay it window by window with --dataset {args.trace.parent}")
     cluster = ClusterConfig.from_setup(args.setup[0], num_replicas=args.replicas, scheduler=args.scheduler)
     router = _router(args.policy[0], args.router_param)
     progress = (not args.json) and sys.stderr.isatty()
