@@ -1,0 +1,80 @@
+"""`btb replay` (trace and dataset modes) and `btb sweep` from the command line."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from btb_core.cli import main
+from btb_core.paths import DATA_DIR
+
+from test_experiment_sweep import BT, PREFIX_BLOCKS, dataset  # noqa: F401  (fixture)
+
+CONV = DATA_DIR / "traces" / "mooncake" / "conversation_trace.jsonl"
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory):
+    d = tmp_path_factory.mktemp("trace")
+    lines = CONV.read_text().splitlines()[:300]
+    path = d / "head.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("policy", ["round_robin", "random", "power_of_two", "least_load", "cache_aware",
+                                    "kv_aware", "llm_d", "btb"])
+def test_replay_trace_every_policy_json(small_trace, policy, capsys):
+    assert main(["replay", "--trace", str(small_trace), "--policy", policy, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["requests"] == 300
+    for k in ("ttft_mean_s", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "hit_fraction"):
+        assert out[k] is not None and out[k] >= 0
+    assert out["policy"] == policy and out["setup"] == "70b_h100x4" and out["replicas"] == 4
+
+
+def test_replay_writes_table_and_refuses_overwrite(small_trace, tmp_path, capsys):
+    out = tmp_path / "req.parquet"
+    args = ["replay", "--trace", str(small_trace), "--policy", "least_load", "--out", str(out)]
+    assert main(args) == 0
+    df = pd.read_parquet(out)
+    assert len(df) == 300 and {"ttft_s", "replica", "reuse_tier"} <= set(df.columns)
+    before = out.read_bytes()
+    assert main(args) == 2
+    assert "exists; pass --overwrite" in capsys.readouterr().err
+    assert out.read_bytes() == before
+
+
+def test_replay_router_param_errors_are_one_line(small_trace, capsys):
+    assert main(["replay", "--trace", str(small_trace), "--policy", "cache_aware",
+                 "--router-param", "cache_threshold=abc"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("btb replay: error:") and "cache_threshold" in err and "\n" not in err
+
+
+def test_replay_dataset_json(dataset, capsys):  # noqa: F811
+    assert main(["replay", "--dataset", str(dataset), "--split", "test", "--policy", "cache_aware", "btb",
+                 "--scheduler", "both", "--router-param", f"y_tokens={PREFIX_BLOCKS * BT}", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["results"]
+    assert {(r["scheduler"], r["policy"], r["dataset"]) for r in rows} == {
+        (s, p, d) for s in ("prefill_first", "chunked") for p in ("cache_aware", "btb") for d in ("bursted", "normal")}
+    for r in rows:
+        assert {"setup", "ttft_mean_s", "ttft_p95_s", "speedup_vs_cache_aware", "rdma_copies"} <= set(r)
+
+
+def test_replay_multiwindow_file_points_to_dataset_mode(dataset, capsys):  # noqa: F811
+    assert main(["replay", "--trace", str(dataset / "test.parquet"), "--policy", "btb"]) == 2
+    assert "--dataset" in capsys.readouterr().err
+
+
+def test_sweep_cli_runs_and_resumes(dataset, tmp_path, capsys):  # noqa: F811
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(f"dataset: {dataset}\nsplit: test\npolicies:\n  cache_aware: {{}}\n"
+                    f"  btb: {{y_tokens: {PREFIX_BLOCKS * BT}, m_replicas: [1, 2]}}\nout: {tmp_path / 'res'}\n")
+    assert main(["sweep", "--grid", str(grid), "--limit", "2"]) == 0
+    assert "2 of 6 cells done" in capsys.readouterr().out
+    assert main(["sweep", "--grid", str(grid)]) == 0
+    assert "6 of 6 cells done" in capsys.readouterr().out
+    assert main(["sweep", "--grid", str(tmp_path / "missing.yaml")]) == 2
