@@ -106,11 +106,13 @@ class Cell:
     params: tuple = ()          # sorted (name, value) pairs
     seed: int = 0
     label: str = ""             # policy label in results (default: policy name)
+    attention: bool = True      # False = the published linear cost model (no attention FLOPs)
 
     def key(self) -> str:
         """A stable string id (for resumable sweeps)."""
         p = ",".join(f"{k}={v}" for k, v in self.params)
-        return f"{self.setup}|{self.scheduler}|{self.replicas}|{self.policy}[{p}]|{self.window}|{self.seed}"
+        lin = "" if self.attention else "|linear"
+        return f"{self.setup}|{self.scheduler}|{self.replicas}|{self.policy}[{p}]|{self.window}|{self.seed}{lin}"
 
 
 def run_cell(cell: Cell, window_trace, with_requests: bool = True) -> dict:
@@ -118,7 +120,8 @@ def run_cell(cell: Cell, window_trace, with_requests: bool = True) -> dict:
     from .routers import make_router
     from .sim import ClusterConfig, simulate
 
-    cluster = ClusterConfig.from_setup(cell.setup, num_replicas=cell.replicas, scheduler=cell.scheduler)
+    cluster = ClusterConfig.from_setup(cell.setup, num_replicas=cell.replicas, scheduler=cell.scheduler,
+                                       attention=cell.attention)
     router = make_router(cell.policy, **dict(cell.params))
     res = simulate(window_trace, router, cluster, seed=cell.seed, progress=False)
     out = {"metrics": res.metrics}
@@ -199,7 +202,7 @@ def run_experiment(dataset, split: str = "test", policies=("cache_aware", "btb")
                    setups=("70b_h100x4",), schedulers=("chunked",), replicas: int = 4,
                    seed: int = 0, router_params: dict | None = None, max_windows: int | None = None,
                    continuous: bool = False, workers: int = 1, progress: bool | None = None,
-                   ) -> ExperimentResult:
+                   attention: bool = True) -> ExperimentResult:
     """Replay every window of ``dataset[split]`` for each setup x scheduler x policy.
 
     Parameters
@@ -222,6 +225,9 @@ def run_experiment(dataset, split: str = "test", policies=("cache_aware", "btb")
         rows in ``info["continuous"]``).
     workers : int
         Worker processes (1 = serial in this process).
+    attention : bool
+        ``False`` replays with the published linear cost model (no causal attention FLOPs), as the
+        reference study did.
 
     Returns
     -------
@@ -249,7 +255,8 @@ def run_experiment(dataset, split: str = "test", policies=("cache_aware", "btb")
     windows = load_windows(dataset, split, max_windows)
     kinds = {wid: kind for wid, kind, _ in windows}
     traces = {wid: tr for wid, _, tr in windows}
-    cells = [Cell(s, sch, p, wid, replicas, tuple(sorted(router_params.get(p, {}).items())), seed)
+    cells = [Cell(s, sch, p, wid, replicas, tuple(sorted(router_params.get(p, {}).items())), seed,
+                  attention=attention)
              for s in setups for sch in schedulers for p in policies for wid, _, _ in windows]
     outputs = []
     bar = _bar(len(cells), progress, "replaying")
@@ -285,14 +292,14 @@ def run_experiment(dataset, split: str = "test", policies=("cache_aware", "btb")
     requests_df = pd.concat(req_frames, ignore_index=True)
     result = ExperimentResult(pool(requests_df, windows_df), windows_df, requests_df,
                               info={"dataset": str(dataset), "split": split, "replicas": replicas,
-                                    "seed": seed, "windows": len(windows)})
+                                    "seed": seed, "windows": len(windows), "attention": attention})
     if continuous:
         result.info["continuous"] = _continuous(windows, policies, setups, schedulers, replicas,
-                                                seed, router_params)
+                                                seed, router_params, attention)
     return result
 
 
-def _continuous(windows, policies, setups, schedulers, replicas, seed, router_params):
+def _continuous(windows, policies, setups, schedulers, replicas, seed, router_params, attention=True):
     """All windows back to back (30 s apart) as one run; returns a metrics table."""
     from .routers import make_router
     from .sim import ClusterConfig, simulate
@@ -313,7 +320,7 @@ def _continuous(windows, policies, setups, schedulers, replicas, seed, router_pa
     for s in setups:
         for sch in schedulers:
             for p in policies:
-                cl = ClusterConfig.from_setup(s, num_replicas=replicas, scheduler=sch)
+                cl = ClusterConfig.from_setup(s, num_replicas=replicas, scheduler=sch, attention=attention)
                 res = simulate(trace, make_router(p, **router_params.get(p, {})), cl, seed=seed)
                 rows.append({"setup": s, "scheduler": sch, "policy": p, **res.metrics})
     return pd.DataFrame(rows)
@@ -355,7 +362,7 @@ def run_cli(args) -> int:
     res = run_experiment(args.dataset, args.split, tuple(args.policy), tuple(args.setup), schedulers,
                          replicas=args.replicas, seed=args.seed, router_params=params,
                          max_windows=args.max_windows, continuous=args.continuous,
-                         progress=not args.json)
+                         progress=not args.json, attention=not args.linear)
     if args.out is not None:
         from .commands.replay import _write_parquet
 
@@ -374,3 +381,79 @@ def run_cli(args) -> int:
             print(res.info["continuous"][["setup", "scheduler", "policy", "ttft_mean_s", "ttft_p95_s"]]
                   .to_string(index=False, float_format="%.3f"))
     return 0
+
+
+# ------------------------------------------------------------------ datasets for notebooks
+def ensure_dataset(preset: str = "quick", seed: int = 0, out_dir=None, **overrides) -> Path:
+    """A Bursted dataset built from the shipped Mooncake trace, reused if already built.
+
+    Builds ``btb_core.synth`` preset ``preset`` (with field ``overrides``) at ``seed`` into
+    ``out_dir`` (default ``<repo>/build/datasets/bursted-<preset>[-<overrides>]-seed<seed>``) unless
+    a dataset with the same manifest parameters is already there. Returns the directory.
+    """
+    from . import synth
+    from .paths import REPO_ROOT
+
+    tag = "".join(f"-{k}{v}" for k, v in sorted(overrides.items()))
+    out = Path(out_dir) if out_dir else REPO_ROOT / "build" / "datasets" / f"bursted-{preset}{tag}-seed{seed}"
+    manifest = out / "manifest.json"
+    if manifest.exists():
+        return out
+    cfg = synth.preset(preset, **overrides)
+    ds = synth.build(None, cfg, seed=seed)
+    synth.write(ds, out, overwrite=True)
+    return out
+
+
+def reading(results: pd.DataFrame) -> list[str]:
+    """Plain-language sentences on where BTB helps, from a results table (one per setup x scheduler)."""
+    out = []
+    for (setup, sched), g in results.groupby(["setup", "scheduler"], sort=False):
+        g = g.set_index(["policy", "dataset"])
+        if ("btb", "bursted") not in g.index or ("cache_aware", "bursted") not in g.index:
+            continue
+        b, c = g.loc[("btb", "bursted")], g.loc[("cache_aware", "bursted")]
+        bursted = g.xs("bursted", level="dataset")
+        best = bursted["ttft_mean_s"].idxmin()
+        s = (f"{setup} / {sched}: BTB mean TTFT {b.ttft_mean_s:.3f} s vs cache_aware {c.ttft_mean_s:.3f} s "
+             f"({100 * (b.ttft_mean_s / c.ttft_mean_s - 1):+.1f}%), p95 {b.ttft_p95_s:.2f} vs {c.ttft_p95_s:.2f} s; "
+             f"{int(b.rdma_copies)} copies ({int(b.copies_unused)} unused, {b.rdma_bytes / 1e9:.0f} GB)")
+        if ("btb", "normal") in g.index:
+            n, cn = g.loc[("btb", "normal")], g.loc[("cache_aware", "normal")]
+            s += f"; control (normal windows) {100 * (n.ttft_mean_s / cn.ttft_mean_s - 1):+.1f}%"
+        if best != "btb":
+            s += f". Best policy here: {best} ({bursted.loc[best, 'ttft_mean_s']:.3f} s)"
+        out.append(s + ".")
+    return out
+
+
+#: The reference study's published result (Llama-3.3-70B on 4x H100, Bursted-ART test split, SGLang
+#: ``cache_aware`` vs BTB; linear cost model, prefill-first scheduling), as given in the issue tracker
+#: (issue 7) and DESIGN.md section 1.
+REFERENCE_STUDY = {"cache_aware_ttft_mean_s": 1.373, "btb_ttft_mean_s": 0.632,
+                   "cache_aware_ttft_p95_s": 4.697, "btb_ttft_p95_s": 4.697, "control_change": 0.009}
+
+
+def compare_with_reference(runs: dict[str, pd.DataFrame], setup: str = "70b_h100x4") -> pd.DataFrame:
+    """Side-by-side of BTB vs cache_aware: the published numbers and each of ``runs``.
+
+    ``runs`` maps a label (e.g. ``"linear cost model"``) to a results table of
+    :func:`run_experiment`. One row per (label, scheduler).
+    """
+    ref = REFERENCE_STUDY
+    rows = [{"run": "reference study (published)", "scheduler": "prefill_first",
+             "cache_aware_mean_s": ref["cache_aware_ttft_mean_s"], "btb_mean_s": ref["btb_ttft_mean_s"],
+             "btb_change": ref["btb_ttft_mean_s"] / ref["cache_aware_ttft_mean_s"] - 1,
+             "cache_aware_p95_s": ref["cache_aware_ttft_p95_s"], "btb_p95_s": ref["btb_ttft_p95_s"],
+             "control_change": ref["control_change"]}]
+    for label, res in runs.items():
+        r = res[res.setup == setup].set_index(["scheduler", "policy", "dataset"])
+        for sched in dict.fromkeys(res.loc[res.setup == setup, "scheduler"]):
+            c, b = r.loc[(sched, "cache_aware", "bursted")], r.loc[(sched, "btb", "bursted")]
+            ctrl = (r.loc[(sched, "btb", "normal"), "ttft_mean_s"] / r.loc[(sched, "cache_aware", "normal"), "ttft_mean_s"] - 1
+                    if (sched, "btb", "normal") in r.index else float("nan"))
+            rows.append({"run": label, "scheduler": sched, "cache_aware_mean_s": c.ttft_mean_s,
+                         "btb_mean_s": b.ttft_mean_s, "btb_change": b.ttft_mean_s / c.ttft_mean_s - 1,
+                         "cache_aware_p95_s": c.ttft_p95_s, "btb_p95_s": b.ttft_p95_s,
+                         "control_change": ctrl})
+    return pd.DataFrame(rows)

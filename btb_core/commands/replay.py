@@ -39,6 +39,8 @@ def register(sub) -> None:
     p.add_argument("--continuous", action="store_true",
                    help="experiment mode: also replay all windows as one continuous run")
     p.add_argument("--max-windows", type=int, default=None, help="experiment mode: first N windows only")
+    p.add_argument("--linear", action="store_true",
+                   help="cost model without the attention term (the published reference table)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--out", type=Path, help="write the per-request table (parquet)")
     p.add_argument("--overwrite", action="store_true", help="allow --out to replace an existing file")
@@ -95,7 +97,8 @@ def run(args) -> int:
         n = trace.table[trace.group_column].nunique()
         raise ConfigError(f"{args.trace} holds {n} windows ({trace.group_column}), each with its own "
                           f"clock; replay it window by window with --dataset {args.trace.parent}")
-    cluster = ClusterConfig.from_setup(args.setup[0], num_replicas=args.replicas, scheduler=args.scheduler)
+    cluster = ClusterConfig.from_setup(args.setup[0], num_replicas=args.replicas, scheduler=args.scheduler,
+                                       attention=not args.linear)
     router = _router(args.policy[0], args.router_param)
     progress = (not args.json) and sys.stderr.isatty()
     result = simulate(trace, router, cluster, seed=args.seed, progress=progress)

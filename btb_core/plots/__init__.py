@@ -14,6 +14,9 @@ import altair as alt
 
 from ..paths import figures_dir
 
+# Our builders thin their data themselves; a long timeline may still exceed altair's default cap.
+alt.data_transformers.disable_max_rows()
+
 
 def _atomic_write(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -1,0 +1,126 @@
+"""Charts of replay experiments and sweeps (notebooks 04 and 05). Inputs are plain tables."""
+
+from __future__ import annotations
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+POLICY_ORDER = ["round_robin", "random", "power_of_two", "least_load", "cache_aware", "kv_aware",
+                "llm_d", "btb"]
+
+
+def _order(policies) -> list[str]:
+    present = list(dict.fromkeys(policies))
+    return [p for p in POLICY_ORDER if p in present] + [p for p in present if p not in POLICY_ORDER]
+
+
+def ttft_by_policy(results: pd.DataFrame, dataset: str = "bursted") -> alt.Chart:
+    """Mean and p95 TTFT per policy, one panel per setup (rows: scheduler)."""
+    df = results[results["dataset"] == dataset]
+    long = df.melt(id_vars=["setup", "scheduler", "policy"], value_vars=["ttft_mean_s", "ttft_p95_s"],
+                   var_name="statistic", value_name="ttft_s")
+    long["statistic"] = long["statistic"].map({"ttft_mean_s": "mean", "ttft_p95_s": "p95"})
+    return alt.Chart(long).mark_bar().encode(
+        x=alt.X("policy:N", sort=_order(long["policy"]), title=None),
+        xOffset="statistic:N",
+        y=alt.Y("ttft_s:Q", title="TTFT (s)"),
+        color=alt.Color("statistic:N", title="TTFT"),
+        tooltip=["setup", "scheduler", "policy", "statistic", alt.Tooltip("ttft_s:Q", format=".3f")],
+    ).properties(width=220, height=160).facet(
+        column=alt.Column("setup:N", title=None), row=alt.Row("scheduler:N", title=None)
+    ).resolve_scale(y="independent").properties(title=f"TTFT by policy ({dataset} windows)")
+
+
+def speedup_bars(results: pd.DataFrame) -> alt.Chart:
+    """Mean-TTFT speedup of each policy over cache_aware (1 = same), bursted vs normal windows.
+
+    Drawn as lollipops from 1 (dashed rule) on a log axis, so slow-downs and speed-ups are symmetric.
+    """
+    df = results[results["policy"] != "cache_aware"].copy()
+    df["one"] = 1.0
+    enc = dict(
+        y=alt.Y("policy:N", sort=_order(df["policy"]), title=None),
+        yOffset=alt.YOffset("dataset:N"),
+        color=alt.Color("dataset:N", title="windows"),
+        tooltip=["setup", "scheduler", "policy", "dataset",
+                 alt.Tooltip("speedup_vs_cache_aware:Q", format=".2f"),
+                 alt.Tooltip("ttft_mean_s:Q", format=".3f")],
+    )
+    x = alt.X("speedup_vs_cache_aware:Q", title="speedup of mean TTFT vs cache_aware (x, log)",
+              scale=alt.Scale(type="log", domain=[0.25, 4]))
+    stem = alt.Chart().mark_rule(strokeWidth=3).encode(x=x, x2="one:Q", **enc)
+    dot = alt.Chart().mark_point(filled=True, size=70).encode(x=x, **enc)
+    one = alt.Chart().mark_rule(color="black", strokeDash=[4, 3]).encode(x="one:Q")
+    return alt.layer(stem, dot, one, data=df).properties(width=240, height=170).facet(
+        column=alt.Column("setup:N", title=None), row=alt.Row("scheduler:N", title=None)
+    ).properties(title="Speedup vs SGLang cache_aware")
+
+
+def ttft_cdf(requests: pd.DataFrame, title: str = "TTFT CDF") -> alt.Chart:
+    """Empirical CDF of TTFT per policy (log x)."""
+    frames = []
+    for pol, g in requests.groupby("policy", sort=False, observed=True):
+        t = np.sort(g["ttft_s"].to_numpy())
+        frac = np.arange(1, len(t) + 1) / len(t)
+        step = max(1, len(t) // 500)  # keep the spec small: ~500 points per policy
+        keep = np.unique(np.r_[np.arange(0, len(t), step), len(t) - 1])
+        frames.append(pd.DataFrame({"policy": pol, "ttft_s": np.maximum(t[keep], 1e-3),
+                                    "fraction": frac[keep]}))
+    df = pd.concat(frames, ignore_index=True)
+    return alt.Chart(df).mark_line(interpolate="step-after").encode(
+        x=alt.X("ttft_s:Q", scale=alt.Scale(type="log"), title="TTFT (s, log)"),
+        y=alt.Y("fraction:Q", title="fraction of requests"),
+        color=alt.Color("policy:N", sort=_order(df["policy"])),
+    ).properties(width=420, height=260, title=title)
+
+
+def control_chart(results: pd.DataFrame) -> alt.Chart:
+    """Mean-TTFT change vs cache_aware on normal windows only (the control): ~0 means inert."""
+    df = results[(results["dataset"] == "normal") & (results["policy"] != "cache_aware")].copy()
+    df["change_pct"] = 100 * df["ttft_mean_change_vs_cache_aware"]
+    return alt.Chart(df).mark_bar().encode(
+        y=alt.Y("policy:N", sort=_order(df["policy"]), title=None),
+        x=alt.X("change_pct:Q", title="mean TTFT change vs cache_aware on normal windows (%)"),
+        color=alt.condition("datum.change_pct > 0", alt.value("#c44e52"), alt.value("#4c72b0")),
+        tooltip=["setup", "scheduler", "policy", alt.Tooltip("change_pct:Q", format=".2f")],
+    ).properties(width=220, height=150).facet(
+        column=alt.Column("setup:N", title=None), row=alt.Row("scheduler:N", title=None)
+    ).properties(title="Control: normal windows")
+
+
+def sweep_heatmap(summary: pd.DataFrame, x: str, y: str, value: str, title: str,
+                  fmt: str = ".2f", scheme: str = "viridis") -> alt.Chart:
+    """Heatmap of ``value`` over parameters ``x`` and ``y`` (btb rows of a sweep summary)."""
+    df = summary[summary["policy"] == "btb"].copy()
+    base = alt.Chart(df).encode(x=alt.X(f"{x}:O", title=x), y=alt.Y(f"{y}:O", title=y))
+    cells = base.mark_rect().encode(color=alt.Color(f"{value}:Q", scale=alt.Scale(scheme=scheme), title=value))
+    text = base.mark_text(fontSize=11).encode(text=alt.Text(f"{value}:Q", format=fmt),
+                                             color=alt.value("white"))
+    return (cells + text).properties(width=200, height=160, title=title)
+
+
+def explorer_chart(queue: pd.DataFrame, transfers: pd.DataFrame, cdf_requests: pd.DataFrame,
+                   title: str) -> alt.VConcatChart:
+    """Threshold explorer: BTB per-replica queue length with copy landings, and TTFT CDFs."""
+    q = alt.Chart(queue).mark_line(interpolate="step-after").encode(
+        x=alt.X("time_s:Q", title="time in window (s)"),
+        y=alt.Y("queue_length:Q", title="waiting requests"),
+        color=alt.Color("replica:N"),
+    ).properties(width=520, height=170, title="btb: per-replica queue length; ticks = copies landing")
+    layers = [q]
+    if len(transfers):
+        ticks = alt.Chart(transfers).mark_tick(thickness=2, size=14, color="black").encode(
+            x="end_s:Q", y=alt.value(165), tooltip=["src", "dst", "end_s", "served_requests"])
+        layers.append(ticks)
+    return alt.vconcat(alt.layer(*layers), ttft_cdf(cdf_requests, "TTFT CDF: cache_aware vs btb")
+                       ).resolve_scale(color="independent").properties(title=title)
+
+
+def sweep_pair(summary: pd.DataFrame, x: str, y: str) -> alt.HConcatChart:
+    """Side-by-side heatmaps of speedup vs cache_aware and of unused copies over ``x`` x ``y``."""
+    return alt.hconcat(
+        sweep_heatmap(summary, x, y, "speedup_vs_cache_aware", "speedup of mean TTFT vs cache_aware"),
+        sweep_heatmap(summary, x, y, "copies_unused", "copies that served no request", fmt=".0f",
+                      scheme="reds"),
+    ).resolve_scale(color="independent")
