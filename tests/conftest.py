@@ -1,0 +1,13 @@
+"""Test-wide settings.
+
+Hypothesis runs derandomised (a fixed example sequence derived from each test), so `make test` and CI
+explore the same cases every run; set HYPOTHESIS_PROFILE=explore to search with fresh randomness.
+"""
+
+import os
+
+from hypothesis import settings
+
+settings.register_profile("default", derandomize=True, deadline=None)
+settings.register_profile("explore", derandomize=False, deadline=None, max_examples=500)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
