@@ -18,11 +18,175 @@ invisible), so a request or a copy can never reuse KV that does not exist yet.
 
 Eviction order: when a request releases its prefix blocks they enter the LRU deepest-first, so a
 child block is always evicted before its parent (as in SGLang's radix cache, which evicts leaves).
+
+Representation (the semantics above are block by block; the storage is compressed)
+-----------------------------------------------------------------------------------
+Every operation touches a leading part of a root path, and the LRU evicts children before parents,
+so the HBM blocks of any run (:mod:`btb_core.sim.blocks`) are always a leading part of it:
+``hbm_len[run]`` blocks, of which the first ``pin_len[run]`` are pinned and the rest sit in the LRU.
+A holder (a running request or an outgoing copy) pins a leading part ``[0, l)`` of each run on its
+path, so a block's reference count is the number of holders with ``l`` above its offset; ``holders
+[run]`` counts holders by ``l``. The LRU, DRAM and disk orders are kept as :class:`SpanList` s:
+sequences of spans ``(run, lo, hi)``, each standing for the blocks ``hi - 1, hi - 2, ..., lo`` of
+the run in that order (every insertion is deepest first). Each operation therefore costs
+O(pieces of the path x spans per run) instead of O(blocks), and gives exactly the block-by-block
+result: the same blocks in the same tier, in the same LRU order, evicted in the same order. The
+invariants this relies on are checked where they are used (a violation raises ``RuntimeError``).
+
+Paths are passed as ``(starts, lens)``: the run start ids and lengths of the path's pieces
+(:meth:`btb_core.sim.blocks.BlockIndex.row_pieces`).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+
+class _Span:
+    __slots__ = ("run", "lo", "hi", "prev", "next")
+
+    def __init__(self, run, lo, hi):
+        self.run = run
+        self.lo = lo
+        self.hi = hi
+
+
+class SpanList:
+    """An LRU order of blocks stored as spans ``(run, lo, hi)`` (blocks ``hi-1 .. lo`` of ``run``).
+
+    The front (least recently inserted) is evicted first. ``size`` is the number of blocks;
+    ``index`` maps a run to its spans (to answer membership and remove ranges).
+    """
+
+    __slots__ = ("head", "size", "index")
+
+    def __init__(self) -> None:
+        head = _Span(None, 0, 0)
+        head.prev = head.next = head
+        self.head = head
+        self.size = 0
+        self.index: dict[int, list[_Span]] = {}
+
+    def __len__(self) -> int:
+        return self.size
+
+    def append_desc(self, run: int, lo: int, hi: int) -> None:
+        """Insert blocks ``hi-1, ..., lo`` of ``run`` at the most-recent end (none present)."""
+        if hi <= lo:
+            return
+        head = self.head
+        tail = head.prev
+        self.size += hi - lo
+        if tail.run == run and tail.lo == hi and tail is not head:
+            tail.lo = lo
+            return
+        sp = _Span(run, lo, hi)
+        sp.prev = tail
+        sp.next = head
+        tail.next = sp
+        head.prev = sp
+        lst = self.index.get(run)
+        if lst is None:
+            self.index[run] = [sp]
+        else:
+            lst.append(sp)
+
+    def _unlink(self, sp: _Span) -> None:
+        sp.prev.next = sp.next
+        sp.next.prev = sp.prev
+        lst = self.index[sp.run]
+        if len(lst) == 1:
+            del self.index[sp.run]
+        else:
+            lst.remove(sp)
+
+    def pop_front(self, k: int) -> list[tuple[int, int, int]]:
+        """Remove the ``k`` least recent blocks; returns them as spans in eviction order."""
+        out = []
+        head = self.head
+        self.size -= k
+        while k > 0:
+            sp = head.next
+            if sp is head:
+                raise RuntimeError("SpanList.pop_front: fewer blocks than requested")
+            n = sp.hi - sp.lo
+            if n <= k:
+                self._unlink(sp)
+                out.append((sp.run, sp.lo, sp.hi))
+                k -= n
+            else:
+                out.append((sp.run, sp.hi - k, sp.hi))
+                sp.hi -= k
+                k = 0
+        return out
+
+    def remove_range(self, run: int, lo: int, hi: int) -> int:
+        """Remove the blocks of ``run`` with offsets in ``[lo, hi)`` that are present; returns how
+        many were removed. The others keep their order."""
+        lst = self.index.get(run)
+        if not lst or hi <= lo:
+            return 0
+        removed = 0
+        for sp in list(lst):
+            a, b = sp.lo, sp.hi
+            if b <= lo or a >= hi:
+                continue
+            if lo <= a and b <= hi:
+                self._unlink(sp)
+                removed += b - a
+            elif a < lo and hi < b:              # split: (hi, b) stays first, then (a, lo)
+                new = _Span(run, a, lo)
+                new.prev = sp
+                new.next = sp.next
+                sp.next.prev = new
+                sp.next = new
+                sp.lo = hi
+                self.index[run].append(new)
+                removed += hi - lo
+            elif a < lo:
+                sp.hi = lo
+                removed += b - lo
+            else:
+                sp.lo = hi
+                removed += hi - a
+        self.size -= removed
+        return removed
+
+    def cover(self, run: int, o: int) -> int:
+        """Largest ``x`` with every offset in ``[o, x)`` of ``run`` present (``o`` if absent)."""
+        lst = self.index.get(run)
+        if not lst:
+            return o
+        x = o
+        grown = True
+        while grown:
+            grown = False
+            for sp in lst:
+                if sp.lo <= x < sp.hi:
+                    x = sp.hi
+                    grown = True
+        return x
+
+    def next_start(self, run: int, o: int) -> float:
+        """Smallest span start above ``o`` for ``run`` (inf if none)."""
+        best = float("inf")
+        for sp in self.index.get(run, ()):
+            if o < sp.lo < best:
+                best = sp.lo
+        return best
+
+    def contains(self, run: int, o: int) -> bool:
+        for sp in self.index.get(run, ()):
+            if sp.lo <= o < sp.hi:
+                return True
+        return False
+
+    def blocks(self) -> list[tuple[int, int]]:
+        """Every block as ``(run, offset)``, least recent first (for tests and debugging)."""
+        out = []
+        sp = self.head.next
+        while sp is not self.head:
+            out.extend((sp.run, o) for o in range(sp.hi - 1, sp.lo - 1, -1))
+            sp = sp.next
+        return out
 
 
 class DiskTier:
@@ -40,20 +204,27 @@ class DiskTier:
         if capacity_blocks < 0:
             raise ValueError(f"capacity_blocks must be >= 0, got {capacity_blocks}")
         self.capacity_blocks = int(capacity_blocks)
-        self.blocks: OrderedDict[int, None] = OrderedDict()
+        self.blocks = SpanList()
         self.peak_blocks = 0
 
-    def put(self, block: int) -> None:
+    def put_spans(self, spans) -> None:
+        """Put blocks (spans in order) as most recent; a block already held moves to the end.
+
+        Equal to putting the blocks one by one into an LRU of ``capacity_blocks``: the result holds
+        the most recently put distinct blocks in recency order.
+        """
+        cap = self.capacity_blocks
+        if cap == 0:
+            return
         blocks = self.blocks
-        if block in blocks:
-            del blocks[block]
-        elif len(blocks) >= self.capacity_blocks:
-            if self.capacity_blocks == 0:
-                return
-            blocks.popitem(last=False)
-        blocks[block] = None
-        if len(blocks) > self.peak_blocks:
-            self.peak_blocks = len(blocks)
+        for run, lo, hi in spans:
+            if run in blocks.index:
+                blocks.remove_range(run, lo, hi)
+            blocks.append_desc(run, lo, hi)
+        if blocks.size > cap:
+            blocks.pop_front(blocks.size - cap)
+        if blocks.size > self.peak_blocks:
+            self.peak_blocks = blocks.size
 
 
 class KVCache:
@@ -69,8 +240,9 @@ class KVCache:
         Disk tier (possibly shared with other replicas), or None.
     """
 
-    __slots__ = ("capacity_blocks", "dram_capacity_blocks", "refcount", "lru", "dram", "disk",
-                 "used_slots", "peak_hbm_blocks", "peak_dram_blocks", "evicted_blocks")
+    __slots__ = ("capacity_blocks", "dram_capacity_blocks", "pin_len", "holders", "hbm_len", "lru",
+                 "dram", "disk", "used_slots", "peak_hbm_blocks", "peak_dram_blocks",
+                 "evicted_blocks")
 
     def __init__(self, capacity_blocks: int, dram_capacity_blocks: int = 0,
                  disk: DiskTier | None = None) -> None:
@@ -80,9 +252,11 @@ class KVCache:
             raise ValueError(f"dram_capacity_blocks must be >= 0, got {dram_capacity_blocks}")
         self.capacity_blocks = int(capacity_blocks)
         self.dram_capacity_blocks = int(dram_capacity_blocks)
-        self.refcount: dict[int, int] = {}
-        self.lru: OrderedDict[int, None] = OrderedDict()
-        self.dram: OrderedDict[int, None] = OrderedDict()
+        self.pin_len: dict[int, int] = {}
+        self.holders: dict[int, dict[int, int]] = {}
+        self.hbm_len: dict[int, int] = {}
+        self.lru = SpanList()
+        self.dram = SpanList()
         self.disk = disk
         self.used_slots = 0
         self.peak_hbm_blocks = 0
@@ -90,119 +264,264 @@ class KVCache:
         self.evicted_blocks = 0
 
     # ------------------------------------------------------------------ queries
-    def in_hbm(self, block: int) -> bool:
-        return block in self.refcount or block in self.lru
-
     def hbm_blocks(self) -> int:
         """HBM slots in use (pinned + private + LRU)."""
-        return self.used_slots + len(self.lru)
+        return self.used_slots + self.lru.size
 
-    def match(self, hash_ids, limit: int) -> tuple[int, int, int]:
-        """Longest run of the first ``limit`` ids present as complete blocks, by tier.
+    def free_slots(self) -> int:
+        """Slots obtainable now (free + evictable)."""
+        return self.capacity_blocks - self.used_slots
+
+    def hbm_prefix(self, starts, lens, limit: int) -> int:
+        """Leading blocks of the path (at most ``limit``) in HBM (pinned or LRU)."""
+        hbm = self.hbm_len
+        n = 0
+        for k in range(len(starts)):
+            if n >= limit:
+                return limit
+            ln = lens[k]
+            c = limit - n if ln > limit - n else ln
+            h = hbm.get(starts[k], 0)
+            if h < c:
+                return n + h
+            n += c
+        return n if n < limit else limit
+
+    def _lower(self, starts, lens, k, o, rem, use_dram, use_disk):
+        """From piece ``k`` offset ``o``, blocks found in DRAM and (disk, not DRAM), up to
+        ``rem`` blocks, stopping at the first block in neither selected tier."""
+        dram = self.dram if use_dram else None
+        disk = self.disk.blocks if (use_disk and self.disk is not None) else None
+        n_d = n_k = 0
+        npieces = len(starts)
+        while rem > 0 and k < npieces:
+            run = starts[k]
+            end = lens[k]
+            if end - o > rem:
+                end = o + rem
+            while o < end:
+                x = dram.cover(run, o) if dram is not None else o
+                if x > o:
+                    take = (x if x < end else end) - o
+                    n_d += take
+                    o += take
+                    rem -= take
+                    continue
+                y = disk.cover(run, o) if disk is not None else o
+                if y <= o:
+                    return n_d, n_k
+                stop = dram.next_start(run, o) if dram is not None else end
+                if y < stop:
+                    stop = y
+                if end < stop:
+                    stop = end
+                n_k += stop - o
+                rem -= stop - o
+                o = stop
+            if o < lens[k]:
+                return n_d, n_k
+            k += 1
+            o = 0
+        return n_d, n_k
+
+    def _locate(self, starts, lens, pos):
+        """(piece index, offset) of path position ``pos``."""
+        k = 0
+        while pos >= lens[k]:
+            pos -= lens[k]
+            k += 1
+        return k, pos
+
+    def match(self, starts, lens, limit: int) -> tuple[int, int, int]:
+        """Longest run of the first ``limit`` blocks of the path present, by tier.
 
         Returns
         -------
         (hbm, dram, disk) : tuple of int
             Blocks of the run found in HBM, DRAM and disk; their sum is the run length.
         """
-        refcount, lru, dram = self.refcount, self.lru, self.dram
-        disk = self.disk.blocks if self.disk is not None else None
-        n_hbm = n_dram = n_disk = 0
-        for i in range(limit):
-            b = hash_ids[i]
-            if b in refcount or b in lru:
-                n_hbm += 1
-            elif b in dram:
-                n_dram += 1
-            elif disk is not None and b in disk:
-                n_disk += 1
-            else:
-                break
-        return n_hbm, n_dram, n_disk
+        n_h = self.hbm_prefix(starts, lens, limit)
+        if n_h >= limit or (not self.dram.size and (self.disk is None or not self.disk.blocks.size)):
+            return n_h, 0, 0
+        k, o = self._locate(starts, lens, n_h)
+        n_d, n_k = self._lower(starts, lens, k, o, limit - n_h, True, True)
+        return n_h, n_d, n_k
 
-    def matched_blocks(self, hash_ids, tiers=("hbm", "dram", "disk")) -> int:
-        """Length of the leading run of ``hash_ids`` complete in any of ``tiers``."""
-        use_hbm = "hbm" in tiers
-        dram = self.dram if "dram" in tiers else None
-        disk = self.disk.blocks if ("disk" in tiers and self.disk is not None) else None
-        refcount, lru = self.refcount, self.lru
-        n = 0
-        for b in hash_ids:
-            if use_hbm and (b in refcount or b in lru):
-                n += 1
-            elif dram is not None and b in dram:
-                n += 1
-            elif disk is not None and b in disk:
-                n += 1
-            else:
+    def matched_blocks(self, starts, lens, n, tiers=("hbm", "dram", "disk")) -> int:
+        """Length of the leading run of the path's first ``n`` blocks complete in any of ``tiers``."""
+        h = self.hbm_prefix(starts, lens, n) if "hbm" in tiers else 0
+        if h >= n:
+            return h
+        use_dram, use_disk = "dram" in tiers, "disk" in tiers
+        if not (use_dram or use_disk):
+            return h
+        k, o = self._locate(starts, lens, h)
+        n_d, n_k = self._lower(starts, lens, k, o, n - h, use_dram, use_disk)
+        return h + n_d + n_k
+
+    def block_tiers(self, run: int, o: int) -> tuple[bool, bool, bool]:
+        """(in HBM, in DRAM, on disk) of one block (offset ``o`` of ``run``)."""
+        disk = self.disk.blocks if self.disk is not None else None
+        return (o < self.hbm_len.get(run, 0), self.dram.contains(run, o),
+                disk is not None and disk.contains(run, o))
+
+    def lru_hits(self, starts, lens, n: int) -> int:
+        """Blocks among the path's first ``n`` (all in HBM) that are unpinned (in the LRU)."""
+        pin = self.pin_len
+        hits = 0
+        for k in range(len(starts)):
+            if n <= 0:
                 break
-        return n
+            c = lens[k] if lens[k] < n else n
+            p = pin.get(starts[k], 0)
+            if c > p:
+                hits += c - p
+            n -= c
+        return hits
 
     # ------------------------------------------------------------------ HBM slot management
-    def free_slots(self) -> int:
-        """Slots obtainable now (free + evictable)."""
-        return self.capacity_blocks - self.used_slots
-
-    def _evict_one(self) -> None:
-        block = self.lru.popitem(last=False)[0]
-        self.evicted_blocks += 1
+    def _spill(self, spans, count: int) -> None:
+        """Evicted HBM blocks (spans in eviction order) go to DRAM, else disk, else nowhere."""
+        self.evicted_blocks += count
         if self.dram_capacity_blocks > 0:
-            self._dram_put(block)
+            dram = self.dram
+            for run, lo, hi in spans:
+                if run in dram.index:
+                    dram.remove_range(run, lo, hi)
+                dram.append_desc(run, lo, hi)
+            over = dram.size - self.dram_capacity_blocks
+            if over > 0:
+                old = dram.pop_front(over)
+                if self.disk is not None:
+                    self.disk.put_spans(old)
+            if dram.size > self.peak_dram_blocks:
+                self.peak_dram_blocks = dram.size
         elif self.disk is not None:
-            self.disk.put(block)
+            self.disk.put_spans(spans)
 
-    def _dram_put(self, block: int) -> None:
-        dram = self.dram
-        if block in dram:
-            del dram[block]
-        elif len(dram) >= self.dram_capacity_blocks:
-            old = dram.popitem(last=False)[0]
-            if self.disk is not None:
-                self.disk.put(old)
-        dram[block] = None
-        if len(dram) > self.peak_dram_blocks:
-            self.peak_dram_blocks = len(dram)
+    def _evict(self, count: int) -> None:
+        spans = self.lru.pop_front(count)
+        hbm = self.hbm_len
+        for run, lo, hi in spans:
+            if hbm.get(run) != hi:
+                raise RuntimeError(f"KVCache invariant: evicting blocks {lo}..{hi - 1} of run {run} "
+                                   f"but its HBM part ends at {hbm.get(run)}")
+            if lo:
+                hbm[run] = lo
+            else:
+                del hbm[run]
+        self._spill(spans, count)
 
     def make_room(self, slots: int) -> bool:
         """Evict LRU blocks until ``slots`` more slots are free; False if impossible (no change)."""
         if slots > self.capacity_blocks - self.used_slots:
             return False
-        excess = self.used_slots + len(self.lru) + slots - self.capacity_blocks
-        for _ in range(excess):
-            self._evict_one()
+        excess = self.used_slots + self.lru.size + slots - self.capacity_blocks
+        if excess > 0:
+            self._evict(excess)
         return True
 
     def _note_peak(self) -> None:
-        h = self.used_slots + len(self.lru)
+        h = self.used_slots + self.lru.size
         if h > self.peak_hbm_blocks:
             self.peak_hbm_blocks = h
 
+    # ------------------------------------------------------------------ holders
+    def _hold(self, run: int, old: int, new: int) -> None:
+        """A holder's leading part of ``run`` grows from ``old`` to ``new`` blocks (counts only)."""
+        cnt = self.holders.get(run)
+        if cnt is None:
+            self.holders[run] = {new: 1}
+            return
+        if old:
+            c = cnt[old]
+            if c == 1:
+                del cnt[old]
+            else:
+                cnt[old] = c - 1
+        cnt[new] = cnt.get(new, 0) + 1
+
+    def _unhold(self, run: int, length: int) -> None:
+        """A holder of the leading ``length`` blocks of ``run`` lets go; blocks nobody else holds
+        enter the LRU deepest first."""
+        cnt = self.holders[run]
+        c = cnt[length]
+        if c > 1:
+            cnt[length] = c - 1
+            return
+        del cnt[length]
+        p = self.pin_len[run]
+        if length < p:
+            return
+        new_p = max(cnt) if cnt else 0
+        if not cnt:
+            del self.holders[run]
+        if new_p:
+            self.pin_len[run] = new_p
+        else:
+            del self.pin_len[run]
+        self.used_slots -= length - new_p
+        self.lru.append_desc(run, new_p, length)
+
+    def _pin_hbm(self, starts, lens, a: int, b: int) -> None:
+        """A holder that holds path blocks ``[0, a)`` also pins ``[a, b)``, all in HBM."""
+        pin, lru = self.pin_len, self.lru
+        pos = 0
+        for k in range(len(starts)):
+            ln = lens[k]
+            if pos + ln <= a:
+                pos += ln
+                continue
+            if pos >= b:
+                break
+            run = starts[k]
+            old = a - pos if a > pos else 0
+            new = b - pos if b - pos < ln else ln
+            self._hold(run, old, new)
+            p = pin.get(run, 0)
+            if new > p:
+                lo = old if old > p else p
+                lru.remove_range(run, lo, new)
+                self.used_slots += new - lo
+                pin[run] = new
+            pos += ln
+
     # ------------------------------------------------------------------ request lifecycle
-    def pin_prefix(self, hash_ids, n_hbm: int, n_lower: int) -> None:
-        """Pin the first ``n_hbm + n_lower`` blocks for a request being admitted.
+    def pin_prefix(self, starts, lens, n_hbm: int, n_lower: int) -> None:
+        """Pin the first ``n_hbm + n_lower`` blocks of the path for a request being admitted.
 
         The first ``n_hbm`` are in HBM (pinned or LRU); the next ``n_lower`` are loaded from DRAM or
-        disk into HBM. The caller must have checked :meth:`admit_need` fits.
+        disk into HBM. The caller must have checked that the slots fit.
         """
-        refcount, lru = self.refcount, self.lru
-        for i in range(n_hbm):
-            b = hash_ids[i]
-            c = refcount.get(b)
-            if c is not None:
-                refcount[b] = c + 1
-            else:
-                del lru[b]
-                refcount[b] = 1
-                self.used_slots += 1
+        if n_hbm:
+            self._pin_hbm(starts, lens, 0, n_hbm)
         if n_lower:
+            m = n_hbm + n_lower
             dram = self.dram
-            for i in range(n_hbm, n_hbm + n_lower):
-                b = hash_ids[i]
-                if b in dram:
-                    del dram[b]
+            pieces = []
+            pos = 0
+            for k in range(len(starts)):
+                ln = lens[k]
+                if pos + ln <= n_hbm:
+                    pos += ln
+                    continue
+                if pos >= m:
+                    break
+                old = n_hbm - pos if n_hbm > pos else 0
+                new = m - pos if m - pos < ln else ln
+                pieces.append((starts[k], old, new))
+                if dram.size:
+                    dram.remove_range(starts[k], old, new)
+                pos += ln
             self.make_room(n_lower)  # checked by the caller
-            for i in range(n_hbm, n_hbm + n_lower):
-                refcount[hash_ids[i]] = 1
+            pin, hbm = self.pin_len, self.hbm_len
+            for run, old, new in pieces:
+                if hbm.get(run, 0) != old:
+                    raise RuntimeError(f"KVCache invariant: loading blocks {old}..{new - 1} of run "
+                                       f"{run} whose HBM part ends at {hbm.get(run, 0)}")
+                self._hold(run, old, new)
+                pin[run] = new
+                hbm[run] = new
             self.used_slots += n_lower
         self._note_peak()
 
@@ -211,124 +530,157 @@ class KVCache:
         self.used_slots += slots
         self._note_peak()
 
-    def complete_blocks(self, hash_ids, start: int, stop: int) -> int:
-        """Blocks ``start..stop-1`` of a running request finished prefill: make them reusable.
+    def complete_blocks(self, starts, lens, start: int, stop: int) -> int:
+        """Blocks ``start..stop-1`` of a running request's path finished prefill: make them reusable.
 
         Each was held as a private slot; it becomes a pinned shared block (if another copy is
         already cached, the request shares it and its duplicate slot is freed).
         Returns the number of private slots converted or freed (``stop - start``).
         """
-        refcount, lru, dram = self.refcount, self.lru, self.dram
-        for i in range(start, stop):
-            b = hash_ids[i]
-            c = refcount.get(b)
-            if c is not None:
-                refcount[b] = c + 1
-                self.used_slots -= 1
+        pin, hbm, lru, dram, holders = self.pin_len, self.hbm_len, self.lru, self.dram, self.holders
+        pos = 0
+        for k in range(len(starts)):
+            ln = lens[k]
+            if pos + ln <= start:
+                pos += ln
+                continue
+            if pos >= stop:
+                break
+            run = starts[k]
+            old = start - pos if start > pos else 0
+            new = stop - pos if stop - pos < ln else ln
+            cnt = holders.get(run)             # the holder's length on this run: old -> new
+            if cnt is None:
+                holders[run] = {new: 1}
             else:
-                if b in lru:
-                    del lru[b]
-                elif b in dram:
-                    del dram[b]
-                refcount[b] = 1
+                if old:
+                    c = cnt[old]
+                    if c == 1:
+                        del cnt[old]
+                    else:
+                        cnt[old] = c - 1
+                cnt[new] = cnt.get(new, 0) + 1
+            p = pin.get(run, 0)
+            if p > old:                        # [old, min(new, p)) was pinned by others: share it
+                self.used_slots -= (new if new < p else p) - old
+            if new > p:                        # [max(old, p), new) is now pinned by this request
+                lo = old if old > p else p
+                h = hbm.get(run, 0)
+                if h > lo:
+                    lru.remove_range(run, lo, new if new < h else h)
+                if new > h and run in dram.index:
+                    dram.remove_range(run, lo if lo > h else h, new)
+                pin[run] = new
+                if new > h:
+                    hbm[run] = new
+            pos += ln
         return stop - start
 
-    def release(self, hash_ids, pinned: int, private: int) -> None:
+    def release(self, starts, lens, pinned: int, private: int) -> None:
         """A request finished: unpin its first ``pinned`` blocks (deepest first into the LRU) and
         free its ``private`` slots."""
-        refcount, lru = self.refcount, self.lru
-        for i in range(pinned - 1, -1, -1):
-            b = hash_ids[i]
-            c = refcount[b]
-            if c == 1:
-                del refcount[b]
-                self.used_slots -= 1
-                lru[b] = None
-            else:
-                refcount[b] = c - 1
+        if pinned:
+            self.unpin(starts, lens, pinned)
         self.used_slots -= private
 
-    def pin_existing(self, hash_ids, n: int) -> None:
-        """Pin ``n`` leading blocks already in HBM (the source side of an outgoing transfer)."""
-        refcount, lru = self.refcount, self.lru
-        for i in range(n):
-            b = hash_ids[i]
-            c = refcount.get(b)
-            if c is not None:
-                refcount[b] = c + 1
-            elif b in lru:
-                del lru[b]
-                refcount[b] = 1
-                self.used_slots += 1
+    def pin_existing(self, starts, lens, n: int) -> None:
+        """Pin the path's first ``n`` blocks, all in HBM (the source side of an outgoing copy)."""
+        if n:
+            self._pin_hbm(starts, lens, 0, n)
 
-    def unpin(self, hash_ids, n: int) -> None:
-        """Undo :meth:`pin_existing` for blocks that were pinned (deepest first into the LRU)."""
-        refcount, lru = self.refcount, self.lru
-        for i in range(n - 1, -1, -1):
-            b = hash_ids[i]
-            c = refcount.get(b)
-            if c is None:
-                continue
-            if c == 1:
-                del refcount[b]
-                self.used_slots -= 1
-                lru[b] = None
-            else:
-                refcount[b] = c - 1
+    def unpin(self, starts, lens, n: int) -> None:
+        """Undo a holder's pin of the path's first ``n`` blocks (deepest first into the LRU)."""
+        if n <= 0:
+            return
+        k = 0
+        pos = 0
+        while pos + lens[k] < n:               # piece k holds the path's block n - 1
+            pos += lens[k]
+            k += 1
+        self._unhold(starts[k], n - pos)
+        for k in range(k - 1, -1, -1):
+            self._unhold(starts[k], lens[k])
 
-    def land(self, hash_ids) -> int:
-        """A warm copy landed: insert its blocks into HBM as evictable (LRU most-recent).
+    def land(self, starts, lens, n: int) -> int:
+        """A warm copy of the path's first ``n`` blocks landed: insert them into HBM as evictable
+        (LRU most-recent).
 
         Blocks already in HBM are kept; missing ones take free slots, evicting LRU blocks. Lands as
         many leading blocks as fit; returns the number of leading blocks present afterwards.
         """
-        refcount, lru, dram = self.refcount, self.lru, self.dram
-        n = len(hash_ids)
-        missing = sum(1 for b in hash_ids if b not in refcount and b not in lru)
-        room = self.capacity_blocks - self.used_slots - len(lru)
-        evictable = len(lru)
+        h = self.hbm_prefix(starts, lens, n)
+        missing = n - h
+        room = self.capacity_blocks - self.used_slots - self.lru.size
         # Landed blocks are themselves evictable, so only pinned/private slots limit the copy.
         fit = min(n, self.capacity_blocks - self.used_slots)
         if missing > room:
             # evict old LRU blocks (never the ones we are about to touch)
-            touch = set(hash_ids[:fit])
-            need = missing - room
-            for b in list(lru):
-                if need <= 0:
+            touch = {}
+            pos = 0
+            for k in range(len(starts)):
+                if pos >= fit:
                     break
-                if b in touch:
-                    continue
-                del lru[b]
-                self.evicted_blocks += 1
-                if self.dram_capacity_blocks > 0:
-                    self._dram_put(b)
-                elif self.disk is not None:
-                    self.disk.put(b)
-                need -= 1
-            evictable = len(lru)
-        del evictable
-        landed = 0
-        slots_left = self.capacity_blocks - self.used_slots - len(lru)
+                touch[starts[k]] = fit - pos if fit - pos < lens[k] else lens[k]
+                pos += lens[k]
+            self._evict_untouched(missing - room, touch)
+        slots_left = self.capacity_blocks - self.used_slots - self.lru.size
+        landed = fit if fit <= h else min(fit, h + slots_left)
+        pin, hbm, lru, dram = self.pin_len, self.hbm_len, self.lru, self.dram
         # insert deepest first so children are evicted before parents
-        present = []
-        for i in range(fit):
-            b = hash_ids[i]
-            if b in refcount or b in lru:
-                present.append(True)
-            elif slots_left > 0:
-                present.append(False)
-                slots_left -= 1
-            else:
+        ends = []
+        pos = 0
+        for k in range(len(starts)):
+            if pos >= landed:
                 break
-            landed = i + 1
-        for i in range(landed - 1, -1, -1):
-            b = hash_ids[i]
-            if b in refcount:
+            ends.append(landed - pos if landed - pos < lens[k] else lens[k])
+            pos += lens[k]
+        for k in range(len(ends) - 1, -1, -1):
+            run, c = starts[k], ends[k]
+            p = pin.get(run, 0)
+            if c <= p:
                 continue
-            if b in lru:
-                del lru[b]
-            elif b in dram:
-                del dram[b]
-            lru[b] = None
+            hh = hbm.get(run, 0)
+            if hh > p:
+                lru.remove_range(run, p, c if c < hh else hh)
+            if c > hh:
+                if dram.size:
+                    dram.remove_range(run, hh, c)
+                hbm[run] = c
+            lru.append_desc(run, p, c)
         self._note_peak()
         return landed
+
+    def _evict_untouched(self, need: int, touch: dict) -> None:
+        """Evict up to ``need`` LRU blocks in LRU order, skipping the leading ``touch[run]`` blocks
+        of the runs in ``touch``."""
+        lru, hbm = self.lru, self.hbm_len
+        head = lru.head
+        sp = head.next
+        spans = []
+        count = 0
+        while need > 0 and sp is not head:
+            nxt = sp.next
+            t = touch.get(sp.run, 0)
+            lo = sp.lo if sp.lo > t else t
+            avail = sp.hi - lo
+            if avail > 0:
+                e = avail if avail < need else need
+                run, hi = sp.run, sp.hi
+                if hbm.get(run) != hi:
+                    raise RuntimeError(f"KVCache invariant: evicting blocks of run {run} up to {hi} "
+                                       f"but its HBM part ends at {hbm.get(run)}")
+                if e == sp.hi - sp.lo:
+                    lru._unlink(sp)
+                else:
+                    sp.hi -= e
+                lru.size -= e
+                if hi - e:
+                    hbm[run] = hi - e
+                else:
+                    del hbm[run]
+                spans.append((run, hi - e, hi))
+                count += e
+                need -= e
+            sp = nxt
+        if count:
+            self._spill(spans, count)

@@ -161,6 +161,14 @@ def run_metrics(requests: pd.DataFrame, transfers: pd.DataFrame, cost, num_repli
     return m
 
 
+def _columns_frame(cols, names) -> pd.DataFrame:
+    """A table from equal-length column lists; typed as a list of row tuples would be (an empty
+    table has object columns, as ``pd.DataFrame([], columns=names)``)."""
+    if not cols[0]:
+        return pd.DataFrame([], columns=names)
+    return pd.DataFrame(dict(zip(names, cols)))
+
+
 def build_result(sim) -> SimResult:
     """Assemble a :class:`SimResult` from a finished :class:`~btb_core.sim.engine.Simulator`."""
     jobs = sim.jobs
@@ -194,8 +202,8 @@ def build_result(sim) -> SimResult:
           t.landed_blocks, t.served) for t in sim.transfers],
         columns=["transfer_id", "src", "dst", "blocks", "bytes", "request_s", "start_s", "end_s",
                  "landed_blocks", "served_requests"])
-    qs = pd.DataFrame(sim.queue_samples, columns=["time_s", "replica", "queue_length"])
-    bi = pd.DataFrame(sim.busy_intervals, columns=["replica", "start_s", "end_s"])
+    qs = _columns_frame(sim.queue_samples, ["time_s", "replica", "queue_length"])
+    bi = _columns_frame(sim.busy_intervals, ["replica", "start_s", "end_s"])
     busy = np.array([r.busy_s for r in sim.replicas])
     metrics = run_metrics(df, tr, sim.cost, sim.num_replicas, busy)
     metrics["events"] = int(sim.events)

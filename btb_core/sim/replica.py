@@ -28,14 +28,15 @@ from math import ceil
 class Job:
     """Mutable per-request state during a run (the immutable part is the Request)."""
 
-    __slots__ = ("req", "hash", "full", "replica", "admit_s", "prefill_start_s", "first_token_s",
+    __slots__ = ("req", "ps", "pl", "full", "replica", "admit_s", "prefill_start_s", "first_token_s",
                  "finish_s", "done_tokens", "reused_tokens", "hit_hbm", "hit_dram", "hit_disk",
                  "load_s", "pinned", "private", "join_ctx", "join_step", "compute_s",
                  "reuse_tier", "queue_len_at_arrival")
 
-    def __init__(self, req, hash_ids, full):
+    def __init__(self, req, piece_starts, piece_lens, full):
         self.req = req
-        self.hash = hash_ids
+        self.ps = piece_starts        # the prompt's ids as pieces of runs (btb_core.sim.blocks)
+        self.pl = piece_lens
         self.full = full
         self.replica = -1
         self.admit_s = -1.0

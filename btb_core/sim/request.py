@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
-
-@dataclass(slots=True, eq=False)
 class Request:
     """One request of a trace as the router and replicas see it.
 
@@ -22,19 +19,46 @@ class Request:
         first token is produced by prefill).
     hash_ids : tuple[int, ...]
         Chained block ids, one per ``block_tokens`` block of the prompt (the last may be partial).
+        The simulator builds it on first access from the trace's flat id array (``hash_ids``
+        given as None with ``source=(flat, lo, hi)``) and may drop the cached tuple after the
+        router's hooks ran, so a run holds only the ids routers are looking at.
     block_tokens : int
         Tokens per KV block of the trace.
     """
 
-    index: int
-    request_id: object
-    arrival_s: float
-    input_length: int
-    output_length: int
-    hash_ids: tuple
-    block_tokens: int
+    __slots__ = ("index", "request_id", "arrival_s", "input_length", "output_length",
+                 "block_tokens", "_hash_ids", "_source")
+
+    def __init__(self, index, request_id, arrival_s, input_length, output_length, hash_ids,
+                 block_tokens, source=None):
+        self.index = index
+        self.request_id = request_id
+        self.arrival_s = arrival_s
+        self.input_length = input_length
+        self.output_length = output_length
+        self.block_tokens = block_tokens
+        self._hash_ids = hash_ids
+        self._source = source
+
+    @property
+    def hash_ids(self) -> tuple:
+        h = self._hash_ids
+        if h is None:
+            flat, lo, hi = self._source
+            h = self._hash_ids = tuple(flat[lo:hi].tolist())
+        return h
+
+    def drop_hash_ids(self) -> None:
+        """Forget the cached ``hash_ids`` tuple (rebuilt on next access) to save memory."""
+        if self._source is not None:
+            self._hash_ids = None
 
     @property
     def full_blocks(self) -> int:
         """Number of complete ``block_tokens`` blocks in the prompt."""
         return self.input_length // self.block_tokens
+
+    def __repr__(self) -> str:
+        return (f"Request(index={self.index}, request_id={self.request_id!r}, "
+                f"arrival_s={self.arrival_s}, input_length={self.input_length}, "
+                f"output_length={self.output_length})")
