@@ -3,12 +3,15 @@
 ``python -m btb_core.notebooks --params notebooks/params/full.yaml --out build/notebooks`` runs every
 ``NN_*.ipynb`` in name order, injecting the parameters listed under the notebook's stem in the YAML
 file (notebooks not listed run at their quick defaults), and writes the executed copies to ``--out``.
+Without ``--params`` (quick defaults) figures go to ``build/figures-quick/`` unless ``$BTB_FIGURES_DIR``
+says otherwise, so the full-size figures in ``figures/`` are only ever written by ``make reproduce``.
 Stops at the first failing notebook with a one-line message naming it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -23,6 +26,10 @@ def run_all(params_file: Path | None, out_dir: Path, only: list[str] | None = No
 
     params = yaml.safe_load(params_file.read_text()) if params_file else {}
     params = params or {}
+    if params_file is None and "BTB_FIGURES_DIR" not in os.environ:
+        # quick-parameter runs must never overwrite the full-size figures shipped in figures/
+        os.environ["BTB_FIGURES_DIR"] = str(REPO_ROOT / "build" / "figures-quick")
+        print(f"[btb] quick parameters: figures go to {os.environ['BTB_FIGURES_DIR']}", flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     notebooks = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     if only:
