@@ -129,3 +129,14 @@ def test_sweep_on_dask_local_cluster_equals_serial(dataset, tmp_path):
     dask = run_sweep(_grid(dataset, tmp_path / "dask"), executor="dask", workers=2, progress=False)
     pd.testing.assert_frame_equal(serial, dask)
     assert len(read_results(tmp_path / "dask")) == 10
+
+
+def test_continuous_run_replays_all_windows_back_to_back(dataset):
+    res = run_experiment(dataset, "test", policies=("cache_aware", "btb"), schedulers=("chunked",),
+                         router_params={"btb": BTB_PARAMS}, continuous=True, progress=False)
+    cont = res.info["continuous"].set_index("policy")
+    assert list(cont.index) == ["cache_aware", "btb"]
+    assert (cont["requests"] == 36).all()
+    # the normal window comes first and has no shared prefix, so BTB's copies all serve the burst
+    assert cont.loc["btb", "rdma_copies"] >= 1
+    assert cont.loc["cache_aware", "rdma_copies"] == 0

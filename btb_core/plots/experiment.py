@@ -81,22 +81,28 @@ def control_chart(results: pd.DataFrame) -> alt.Chart:
     df["change_pct"] = 100 * df["ttft_mean_change_vs_cache_aware"]
     return alt.Chart(df).mark_bar().encode(
         y=alt.Y("policy:N", sort=_order(df["policy"]), title=None),
-        x=alt.X("change_pct:Q", title="mean TTFT change vs cache_aware on normal windows (%)"),
+        x=alt.X("change_pct:Q", title="TTFT change (%)"),
         color=alt.condition("datum.change_pct > 0", alt.value("#c44e52"), alt.value("#4c72b0")),
         tooltip=["setup", "scheduler", "policy", alt.Tooltip("change_pct:Q", format=".2f")],
     ).properties(width=220, height=150).facet(
         column=alt.Column("setup:N", title=None), row=alt.Row("scheduler:N", title=None)
-    ).properties(title="Control: normal windows")
+    ).properties(title="Control: mean TTFT change vs cache_aware on normal windows only (BTB must show 0)")
 
 
 def sweep_heatmap(summary: pd.DataFrame, x: str, y: str, value: str, title: str,
-                  fmt: str = ".2f", scheme: str = "viridis") -> alt.Chart:
-    """Heatmap of ``value`` over parameters ``x`` and ``y`` (btb rows of a sweep summary)."""
+                  fmt: str = ".2f", scheme: str = "viridis", zero_based: bool = False) -> alt.Chart:
+    """Heatmap of ``value`` over parameters ``x`` and ``y`` (btb rows of a sweep summary).
+
+    ``zero_based``: the colour scale starts at 0 (counts), so all-zero cells are the lightest colour.
+    """
     df = summary[summary["policy"] == "btb"].copy()
     base = alt.Chart(df).encode(x=alt.X(f"{x}:O", title=x), y=alt.Y(f"{y}:O", title=y))
-    cells = base.mark_rect().encode(color=alt.Color(f"{value}:Q", scale=alt.Scale(scheme=scheme), title=value))
+    scale = alt.Scale(scheme=scheme)
+    if zero_based:
+        scale = alt.Scale(scheme=scheme, domain=[0, max(1.0, float(df[value].max()) if len(df) else 1.0)])
+    cells = base.mark_rect().encode(color=alt.Color(f"{value}:Q", scale=scale, title=value))
     text = base.mark_text(fontSize=11).encode(text=alt.Text(f"{value}:Q", format=fmt),
-                                             color=alt.value("white"))
+                                             color=alt.value("black" if zero_based else "white"))
     return (cells + text).properties(width=200, height=160, title=title)
 
 
@@ -122,5 +128,5 @@ def sweep_pair(summary: pd.DataFrame, x: str, y: str) -> alt.HConcatChart:
     return alt.hconcat(
         sweep_heatmap(summary, x, y, "speedup_vs_cache_aware", "speedup of mean TTFT vs cache_aware"),
         sweep_heatmap(summary, x, y, "copies_unused", "copies that served no request", fmt=".0f",
-                      scheme="reds"),
+                      scheme="reds", zero_based=True),
     ).resolve_scale(color="independent")
