@@ -235,7 +235,7 @@ def run_sweep(grid: Grid, executor: str = "serial", workers: int = 2,
             client = Client(scheduler_address)
         else:
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=None)
+                                   dashboard_address=":0")  # any free port
             client = Client(cluster)
         try:
             futures = [client.submit(_sweep_job, j, pure=False) for j in jobs]

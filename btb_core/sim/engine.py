@@ -283,9 +283,14 @@ class Simulator:
             rep.pending_prefill_tokens += job.req.input_length
             self._sample_queue(rep)
             if not rep.busy:
-                if not rep.kick_pending:
+                if rep.kick_pending:
+                    pass
+                elif i < n and arrival_l[i] == next_arrival:
+                    # more arrivals at this instant: schedule together, after all of them
                     rep.kick_pending = True
                     self._push(self.now, _KICK, rep)
+                else:
+                    self._plan(rep)
             elif rep.op_kind == "stretch":
                 self._cut_stretch(rep)
         if bar is not None:
