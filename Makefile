@@ -27,12 +27,12 @@ test-py: install
 	$(BIN)/python -m pytest tests
 
 test-notebooks: install
-	BTB_FIGURES_DIR=build/figures-quick $(BIN)/python -m pytest --nbval-lax -p no:cacheprovider notebooks/
+	BTB_FIGURES_DIR=build/figures-quick BTB_CHART_RENDERER=png $(BIN)/python -m pytest --nbval-lax -p no:cacheprovider notebooks/
 
 ## JupyterLab on the project's environment, kernel "Python (btb)" registered.
 lab: install
 	$(BIN)/python -m pip install -q -e '.[dev,lab]'
-	$(BIN)/jupyter lab --notebook-dir=notebooks
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 bench: install
 	$(BIN)/python benchmarks/bench_sim.py

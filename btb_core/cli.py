@@ -31,13 +31,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    text = f"btb: warning: {message}\n"
+    (file or sys.stderr).write(text)
+
+
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
+    warnings.showwarning = _one_line_warning
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (BTBError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+    except (BTBError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
         print(f"btb {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except UnicodeDecodeError as exc:  # a binary file where text was expected
+        print(f"btb {args.command}: error: input is not UTF-8 text ({exc.reason} at byte {exc.start})",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"btb {args.command}: interrupted", file=sys.stderr)

@@ -72,8 +72,16 @@ def load_windows(dataset, split: str | None = "test", max_windows: int | None = 
 
     Each window's arrivals start at 0 (the generator re-bases them). Cached per process.
     """
-    windows = _load_windows(str(Path(dataset).resolve()) if not isinstance(dataset, str) or Path(dataset).exists()
-                            else dataset, split)
+    if max_windows is not None and (isinstance(max_windows, bool) or not isinstance(max_windows, int)
+                                    or max_windows < 1):
+        raise ConfigError(f"max_windows = {max_windows!r}: must be an integer >= 1, or None for every window")
+    path = Path(dataset)
+    if not path.exists():
+        raise FileNotFoundError(f"{dataset}: no such Bursted dataset directory")
+    if not path.is_dir():
+        raise ConfigError(f"{dataset}: expected a Bursted dataset directory (the output of `btb synth`), "
+                          f"got a file")
+    windows = _load_windows(str(path.resolve()), split)
     out = []
     for w in windows[: max_windows if max_windows else None]:
         wid = str(w.table["trace_id"].iloc[0])

@@ -26,6 +26,7 @@ def run_all(params_file: Path | None, out_dir: Path, only: list[str] | None = No
 
     params = yaml.safe_load(params_file.read_text()) if params_file else {}
     params = params or {}
+    os.environ.setdefault("BTB_CHART_RENDERER", "png")  # static chart images in executed notebooks
     if params_file is None and "BTB_FIGURES_DIR" not in os.environ:
         # quick-parameter runs must never overwrite the full-size figures shipped in figures/
         os.environ["BTB_FIGURES_DIR"] = str(REPO_ROOT / "build" / "figures-quick")

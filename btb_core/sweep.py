@@ -20,7 +20,8 @@ A grid (YAML or JSON file, or a dict) names a Bursted dataset split and the axes
 Every cell (one policy-parameter combination on one setup x scheduler x replica count x window)
 is one simulation. Each finished cell is written at once as its own part file
 ``out/cell-<hash>.parquet`` (temporary file + rename), so the directory is always a valid parquet
-dataset (``pandas.read_parquet(out)``) and an interrupted sweep, rerun, skips the cells already done.
+dataset (``pandas.read_parquet(out)``; the sweep's own ``_grid.json`` is skipped by parquet readers)
+and an interrupted sweep, rerun, skips the cells already done.
 
 Executors: ``serial`` (this process), ``processes`` (a local process pool), ``dask`` (a
 ``dask.distributed`` cluster: an existing scheduler address, or a ``LocalCluster`` of ``workers``
@@ -44,6 +45,10 @@ import pandas as pd
 
 from .errors import ConfigError
 from .experiment import BASELINE_POLICY, Cell, load_windows, run_cell
+
+#: Fields a grid file may have.
+GRID_KEYS = frozenset({"dataset", "split", "max_windows", "setups", "schedulers", "replicas", "seed",
+                       "policies", "out"})
 
 #: Metric columns stored per cell (see :func:`btb_core.sim.metrics.run_metrics`).
 CELL_METRICS = ("requests", "ttft_mean_s", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "hit_fraction",
@@ -70,9 +75,14 @@ class Grid:
         base_dir = Path(base_dir) if base_dir else Path.cwd()
         if not isinstance(spec, dict):
             raise ConfigError(f"grid must be a mapping, got {type(spec).__name__}")
+        unknown = sorted(set(spec) - GRID_KEYS)
+        if unknown:
+            raise ConfigError(f"grid: unknown field {unknown[0]!r}; valid fields: {', '.join(sorted(GRID_KEYS))}")
         if "dataset" not in spec:
             raise ConfigError("grid: missing field 'dataset' (a `btb synth` output directory)")
         from .routers import POLICIES
+        from .sim import SCHEDULERS
+        from .specs import SETUPS
 
         policies = []
         pol_spec = spec.get("policies") or {"cache_aware": {}, "btb": {}}
@@ -88,22 +98,48 @@ class Grid:
                     raise ConfigError(f"grid: policy {name!r} has no parameter {k!r}; valid: {sorted(valid)}")
             keys = sorted(axes)
             values = [v if isinstance(v, list) else [v] for v in (axes[k] for k in keys)]
+            for k, v in zip(keys, values):
+                if not v:
+                    raise ConfigError(f"grid: policy {name!r} parameter {k!r} has an empty list of values")
             for combo in itertools.product(*values):
                 policies.append((name, tuple(zip(keys, combo))))
 
         def tup(key, default):
             v = spec.get(key, default)
-            return tuple(v if isinstance(v, list) else [v])
+            v = tuple(v if isinstance(v, list) else [v])
+            if not v:
+                raise ConfigError(f"grid: field {key!r} is an empty list")
+            return v
+
+        def integer(key, value, lo):
+            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+                raise ConfigError(f"grid: field {key!r} = {value!r}: must be an integer >= {lo}")
+            return value
+
+        setups, schedulers = tup("setups", "70b_h100x4"), tup("schedulers", "chunked")
+        for s_ in setups:
+            if s_ not in SETUPS:
+                raise ConfigError(f"grid: unknown setup {s_!r}; choose from {', '.join(sorted(SETUPS))}")
+        for s_ in schedulers:
+            if s_ not in SCHEDULERS:
+                raise ConfigError(f"grid: unknown scheduler {s_!r}; choose from {', '.join(SCHEDULERS)}")
+        replicas = tuple(integer("replicas", r, 1) for r in tup("replicas", 4))
+        seed = integer("seed", spec.get("seed", 0), 0)
+        max_windows = spec.get("max_windows")
+        if max_windows is not None:
+            max_windows = integer("max_windows", max_windows, 1)
 
         dataset = Path(spec["dataset"])
         if not dataset.is_absolute():
             dataset = base_dir / dataset
-        out_path = Path(out or spec.get("out") or "build/sweeps/results")
-        if not out_path.is_absolute():
-            out_path = base_dir / out_path
-        return cls(str(dataset), str(spec.get("split", "train")), tup("setups", "70b_h100x4"),
-                   tup("schedulers", "chunked"), tuple(int(r) for r in tup("replicas", 4)),
-                   tuple(policies), int(spec.get("seed", 0)), spec.get("max_windows"), str(out_path))
+        if out is not None:  # given on the command line: relative to the current directory
+            out_path = Path(out).resolve()
+        else:                # from the grid file: relative to the grid file
+            out_path = Path(spec.get("out") or "build/sweeps/results")
+            if not out_path.is_absolute():
+                out_path = base_dir / out_path
+        return cls(str(dataset), str(spec.get("split", "train")), setups, schedulers, replicas,
+                   tuple(policies), seed, max_windows, str(out_path))
 
     @classmethod
     def from_file(cls, path, out: str | None = None) -> "Grid":
@@ -151,6 +187,7 @@ def _write_part(out: Path, row: dict) -> None:
     os.close(fd)
     try:
         pd.DataFrame([row]).to_parquet(tmp, index=False)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -194,16 +231,17 @@ def run_sweep(grid: Grid, executor: str = "serial", workers: int = 2,
     if executor not in ("serial", "processes", "dask"):
         raise ConfigError(f"executor={executor!r}: choose serial, processes or dask")
     out = Path(grid.out)
-    out.mkdir(parents=True, exist_ok=True)
-    manifest = out / "grid.json"
+    cells = grid.cells()  # loads the dataset first: a bad grid fails before anything is written
+    manifest = out / "_grid.json"  # "_" prefix: parquet readers skip it
     desc = json.dumps({"dataset": grid.dataset, "split": grid.split, "seed": grid.seed,
                        "max_windows": grid.max_windows}, sort_keys=True)
     if manifest.exists() and manifest.read_text() != desc:
         raise ConfigError(f"{out} holds results of another sweep ({manifest.read_text()}); "
                           "choose another --out or delete it")
+    out.mkdir(parents=True, exist_ok=True)
     manifest.write_text(desc)
     finished = done_cells(out)
-    pending = [c for c in grid.cells() if cell_id(c) not in finished]
+    pending = [c for c in cells if cell_id(c) not in finished]
     if limit is not None:
         pending = pending[:limit]
     jobs = [(c, grid.dataset, grid.split, grid.max_windows) for c in pending]

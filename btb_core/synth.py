@@ -780,6 +780,10 @@ def write(ds: BurstedDataset, out_dir: str | Path, *, overwrite: bool = False) -
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a directory")
+    cwd = Path.cwd().resolve()
+    if out.resolve() == cwd or out.resolve() in cwd.parents:
+        raise ConfigError(f"--out {out}: is the current directory (or contains it) and cannot be "
+                          f"replaced; write to a subdirectory such as {out / 'bursted'}")
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise ConfigError(f"--out {out}: directory exists and is not empty; pass --overwrite "
                           f"(API: overwrite=True) to replace it")
@@ -801,7 +805,11 @@ def write(ds: BurstedDataset, out_dir: str | Path, *, overwrite: bool = False) -
         trash = None
         if out.exists():
             trash = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
-            os.replace(out, trash / "old")
+            try:
+                os.replace(out, trash / "old")
+            except OSError:
+                trash.rmdir()
+                raise
         os.replace(tmp, out)
         if trash is not None:
             shutil.rmtree(trash, ignore_errors=True)

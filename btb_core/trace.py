@@ -437,6 +437,16 @@ def _flatten_hash_ids(hash_ids: Any, n: int, where: _Where) -> tuple[np.ndarray,
         if h is None or isinstance(h, (str, bytes, dict)) or not hasattr(h, "__len__"):
             raise TraceError(f"{where(i)}: field 'hash_ids' = {h!r}: must be a list of ids")
         lengths[i] = len(h)
+        if len(h):
+            kind = np.asarray(h).dtype.kind
+            # ints pass as they are; anything else is checked element by element, so a float or
+            # null hidden among strings (which numpy would turn into text) is caught on its own row
+            if kind not in "iu" and not (kind in "US" and not isinstance(h, list)):
+                for x in h:
+                    if (isinstance(x, (bool, np.bool_, float, np.floating)) or x is None
+                            or isinstance(x, (list, dict))):
+                        raise TraceError(f"{where(i)}: field 'hash_ids' has element {_show(x)}: ids "
+                                         f"must be ints or strings")
         parts.append(h)
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -644,8 +654,13 @@ def _read_jsonl(path: Path, required: Iterable[str]) -> tuple[list[dict], list[i
     """Parse a JSONL file; returns (records, 1-based line numbers). Blank lines are skipped."""
     required = tuple(required)
     records, lines = [], []
-    with open(path, "r", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TraceError(f"{path}, line {lineno}: not UTF-8 text (byte 0x{raw[exc.start]:02x} "
+                                 f"at column {exc.start + 1}); is this a JSONL trace?") from None
             if not line.strip():
                 continue
             try:
@@ -987,8 +1002,13 @@ def detect_format(path: str | Path) -> str:
     if suffix == ".csv":
         return "azure"
     if suffix in (".jsonl", ".json"):
-        with open(p, encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
+        with open(p, "rb") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise TraceError(f"{p}, line {lineno}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
+                                     f"column {exc.start + 1}); is this a JSONL trace?") from None
                 if line.strip():
                     try:
                         rec = json.loads(line)

@@ -140,3 +140,25 @@ def test_continuous_run_replays_all_windows_back_to_back(dataset):
     # the normal window comes first and has no shared prefix, so BTB's copies all serve the burst
     assert cont.loc["btb", "rdma_copies"] >= 1
     assert cont.loc["cache_aware", "rdma_copies"] == 0
+
+
+@pytest.mark.parametrize("extra, match", [
+    ({"bogus": 1}, "unknown field 'bogus'"),
+    ({"seed": "abc"}, "'seed' = 'abc'"),
+    ({"max_windows": -3}, "'max_windows' = -3"),
+    ({"setups": ["70b_tpu"]}, "unknown setup '70b_tpu'"),
+    ({"schedulers": []}, "'schedulers' is an empty list"),
+    ({"policies": {"btb": {"x_repeats": []}}}, "empty list of values"),
+])
+def test_grid_rejects_bad_fields(dataset, extra, match):
+    with pytest.raises(ConfigError, match=match):
+        Grid.from_dict({"dataset": str(dataset), **extra})
+
+
+def test_failed_sweep_writes_nothing_and_results_dir_reads_as_parquet(dataset, tmp_path):
+    bad = Grid.from_dict({"dataset": str(tmp_path / "missing")}, out=str(tmp_path / "bad"))
+    with pytest.raises(FileNotFoundError):
+        run_sweep(bad, progress=False)
+    assert not (tmp_path / "bad").exists()
+    run_sweep(_grid(dataset, tmp_path / "ok"), limit=2, progress=False)
+    assert len(pd.read_parquet(tmp_path / "ok")) == 2  # the sweep's _grid.json is not in the way

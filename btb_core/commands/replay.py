@@ -66,6 +66,8 @@ def _write_parquet(df, out: Path, overwrite: bool) -> None:
     import os
     import tempfile
 
+    if out.is_dir():
+        raise ConfigError(f"--out {out} is a directory; give a file name such as {out / 'requests.parquet'}")
     if out.exists() and not overwrite:
         raise ConfigError(f"{out} exists; pass --overwrite to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -73,6 +75,7 @@ def _write_parquet(df, out: Path, overwrite: bool) -> None:
     os.close(fd)
     try:
         df.to_parquet(tmp, index=False)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -80,6 +83,8 @@ def _write_parquet(df, out: Path, overwrite: bool) -> None:
 
 
 def run(args) -> int:
+    if args.max_windows is not None and args.max_windows < 1:
+        raise ConfigError(f"--max-windows {args.max_windows}: must be >= 1 (omit it for every window)")
     if args.dataset is not None:
         from ..experiment import run_cli
 
@@ -95,8 +100,9 @@ def run(args) -> int:
     trace.require_prefix_info("replay (prefix caching and routing)")
     if getattr(trace, "group_column", None):
         n = trace.table[trace.group_column].nunique()
+        where = args.trace if args.trace.is_dir() else args.trace.parent
         raise ConfigError(f"{args.trace} holds {n} windows ({trace.group_column}), each with its own "
-                          f"clock; replay it window by window with --dataset {args.trace.parent}")
+                          f"clock; replay it window by window with --dataset {where}")
     cluster = ClusterConfig.from_setup(args.setup[0], num_replicas=args.replicas, scheduler=args.scheduler,
                                        attention=not args.linear)
     router = _router(args.policy[0], args.router_param)

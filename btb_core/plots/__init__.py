@@ -17,6 +17,11 @@ from ..paths import figures_dir
 # Our builders thin their data themselves; a long timeline may still exceed altair's default cap.
 alt.data_transformers.disable_max_rows()
 
+# Headless runs (papermill via `make reproduce`, nbval) set BTB_CHART_RENDERER=png so the executed
+# notebooks carry static images that show offline and on code hosts; JupyterLab stays interactive.
+if os.environ.get("BTB_CHART_RENDERER"):
+    alt.renderers.enable(os.environ["BTB_CHART_RENDERER"])
+
 
 def _atomic_write(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -33,11 +33,10 @@ def time_vs_prefix_chart(long: pd.DataFrame, title: str = "") -> alt.Chart:
     """
     sources = list(dict.fromkeys(long["source"]))
     return (alt.Chart(long, title=title or "Time to make a prefix's KV usable")
-            .mark_line(point=long["tokens"].nunique() <= 30)
+            .mark_line(strokeWidth=2.5)
             .encode(x=_log_x(long["tokens"], "tokens", "prefix length (tokens)"),
                     y=alt.Y("ms:Q", scale=_LOG, title="time (ms)"),
                     color=alt.Color("source:N", sort=sources, title=None),
-                    strokeDash=alt.StrokeDash("source:N", sort=sources, legend=None),
                     tooltip=["source", "tokens", alt.Tooltip("ms:Q", format=",.3g")])
             .properties(width=520, height=340))
 

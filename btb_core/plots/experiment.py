@@ -48,7 +48,8 @@ def speedup_bars(results: pd.DataFrame) -> alt.Chart:
                  alt.Tooltip("ttft_mean_s:Q", format=".3f")],
     )
     x = alt.X("speedup_vs_cache_aware:Q", title="speedup of mean TTFT vs cache_aware (x, log)",
-              scale=alt.Scale(type="log", domain=[0.25, 4]))
+              scale=alt.Scale(type="log", domain=[0.25, 4]),
+              axis=alt.Axis(values=[0.25, 0.5, 1, 2, 4], format="~g"))
     stem = alt.Chart().mark_rule(strokeWidth=3).encode(x=x, x2="one:Q", **enc)
     dot = alt.Chart().mark_point(filled=True, size=70).encode(x=x, **enc)
     one = alt.Chart().mark_rule(color="black", strokeDash=[4, 3]).encode(x="one:Q")

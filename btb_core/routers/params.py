@@ -60,7 +60,8 @@ class RouterParam:
                 raise ValueError(text)
             value = self.type(text)
         except ValueError:
-            raise ConfigError(f"{where}: value {text!r} is not a {self.type.__name__}") from None
+            article = "an" if self.type.__name__[0] in "aeiou" else "a"
+            raise ConfigError(f"{where}: value {text!r} is not {article} {self.type.__name__}") from None
         if self.choices and value not in self.choices:
             raise ConfigError(f"{where}: value {value!r} not in {list(self.choices)}")
         return value

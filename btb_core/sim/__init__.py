@@ -1,6 +1,6 @@
 """Discrete-event simulator of a routed cluster of LLM replicas with tiered prefix KV caches.
 
-Semantics: ../DESIGN.md section 4 and the module docstrings of ``engine``, ``replica``,
+Semantics: docs/DESIGN.md section 4 and the module docstrings of ``engine``, ``replica``,
 ``kvcache``. Entry point: :func:`simulate`.
 """
 
