@@ -151,7 +151,10 @@ class Grid:
         try:
             spec = yaml.safe_load(path.read_text())
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML/JSON: {exc}") from None
+            mark = getattr(exc, "problem_mark", None)
+            where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ConfigError(f"{path}{where}: not valid YAML/JSON ({problem})") from None
         return cls.from_dict(spec, base_dir=path.parent, out=out)
 
     def cells(self) -> list[Cell]:

@@ -31,7 +31,7 @@ def register(sub) -> None:
     p.add_argument("--setup", nargs="+", default=["70b_h100x4"],
                    help="model x hardware setup(s), e.g. 70b_h100x4 qwen3_8b_h100x4 (default 70b_h100x4)")
     p.add_argument("--replicas", type=int, default=4, help="replicas (default 4)")
-    p.add_argument("--scheduler", default="chunked",
+    p.add_argument("--scheduler", default="chunked", choices=("prefill_first", "chunked", "both"),
                    help="prefill_first, chunked (default) or, in experiment mode, both")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--router-param", action="append", default=[], metavar="NAME=VALUE",
