@@ -3,7 +3,8 @@
 A prefix key (the chained id of a prompt's ``Y``-th block, which names its first ``Y`` blocks) is
 *active* at an arrival when at least ``X`` arrivals of that key, this one included, fall within the
 last ``Z`` seconds: ``t_now - t_(X-th most recent) <= Z`` (inclusive, so two arrivals exactly ``Z``
-apart count). The reference study uses ``X = 2``, ``Z = 1 s``.
+apart count, up to a 0.1 ns tolerance so that float rounding of times like ``2.003207 - 1.003207`` cannot
+drop a pair that is exactly ``Z`` apart). The reference study uses ``X = 2``, ``Z = 1 s``.
 
 Work and memory
 ---------------
@@ -90,7 +91,7 @@ class BurstDetector:
             raise ValueError(f"BurstDetector.observe: now_s={now_s!r} is earlier than the previous "
                              f"arrival at {self._last_s!r}")
         self._last_s = now_s
-        x, z = self.config.x_repeats, self.config.z_s
+        x, z = self.config.x_repeats, self.config.z_s + _EPS_S
         times = self._times
         # expire keys whose last arrival is older than the window
         while times:
@@ -112,7 +113,12 @@ class BurstDetector:
         window = self._times.get(key)
         if not window:
             return 0
-        return sum(1 for t in window if now_s - t <= self.config.z_s)
+        return sum(1 for t in window if now_s - t <= self.config.z_s + _EPS_S)
+
+
+#: Tolerance of the inclusive window test, seconds: far below any trace's time resolution (1 us),
+#: above the rounding of differences of times up to ~1e5 s.
+_EPS_S = 1e-10
 
 
 def prefix_key(hash_ids, y_blocks: int):

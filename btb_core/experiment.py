@@ -136,7 +136,42 @@ def run_cell(cell: Cell, window_trace, with_requests: bool = True) -> dict:
     if with_requests:
         req = res.requests[["request_id", "arrival_s", "replica", "reuse_tier", "reused_tokens",
                             "queue_wait_s", "ttft_s", "e2e_s"]].copy()
+        req["row_kind"] = row_kinds(window_trace)
         out["requests"] = req
+    return out
+
+
+def row_kinds(window) -> np.ndarray:
+    """Per-row kind from the Bursted ``metadata`` JSON (``base``, ``background``, ``job``,
+    ``decoy``...), in trace order; ``"unknown"`` where a row has none."""
+    tab = window.table
+    if "metadata" not in tab.columns:
+        return np.full(len(tab), "unknown", dtype=object)
+    kinds = tab["metadata"].astype(str).str.extract(r'"row_kind"\s*:\s*"([^"]+)"', expand=False)
+    return kinds.fillna("unknown").to_numpy(dtype=object)
+
+
+def background_control(result: "ExperimentResult") -> pd.DataFrame:
+    """TTFT of the *background* rows of synthetic windows (base traffic sharing the cluster with
+    the bursts), per setup x scheduler x policy, with the change vs ``cache_aware``.
+
+    This is the control that can show harm: BTB's copies and warm routing share NICs and replicas
+    with this traffic. Needs a dataset built with ``background_rows > 0``.
+    """
+    req = result.requests
+    bg = req[(req["kind"] == "synthetic") & (req["row_kind"] == "background")]
+    if bg.empty:
+        raise ConfigError("no background rows in synthetic windows: build the dataset with "
+                          "background_rows > 0 (btb synth --background-rows N)")
+    rows = []
+    for (setup, sched, pol), g in bg.groupby(["setup", "scheduler", "policy"], sort=False):
+        t = g["ttft_s"].to_numpy()
+        rows.append({"setup": setup, "scheduler": sched, "policy": pol, "requests": len(t),
+                     "ttft_mean_s": float(t.mean()), "ttft_p95_s": float(np.percentile(t, 95))})
+    out = pd.DataFrame(rows)
+    base = out[out.policy == BASELINE_POLICY].set_index(["setup", "scheduler"])["ttft_mean_s"]
+    out["ttft_mean_change_vs_cache_aware"] = [
+        r.ttft_mean_s / base.get((r.setup, r.scheduler), np.nan) - 1 for r in out.itertuples()]
     return out
 
 
@@ -360,13 +395,20 @@ def run_cli(args) -> int:
     schedulers = ("prefill_first", "chunked") if args.scheduler == "both" else (args.scheduler,)
     params = {}
     if args.router_param:
+        used = set()
         for p in args.policy:
             cls = POLICIES.get(p)
             if cls is None:
                 raise ConfigError(f"unknown policy {p!r}; choose from {', '.join(sorted(POLICIES))}")
             names = {rp.name for rp in getattr(cls, "PARAMS", ())}
-            mine = [kv for kv in args.router_param if kv.split("=", 1)[0] in names]
+            mine = [kv for kv in args.router_param
+                    if kv.split("=", 1)[0].strip().replace("-", "_") in names]
+            used.update(mine)
             params[p] = parse_router_params(cls, mine)
+        unused = [kv for kv in args.router_param if kv not in used]
+        if unused:
+            raise ConfigError(f"--router-param {unused[0]!r} is not a parameter of any of the policies "
+                              f"{', '.join(args.policy)}")
     res = run_experiment(args.dataset, args.split, tuple(args.policy), tuple(args.setup), schedulers,
                          replicas=args.replicas, seed=args.seed, router_params=params,
                          max_windows=args.max_windows, continuous=args.continuous,

@@ -78,3 +78,11 @@ def test_sweep_cli_runs_and_resumes(dataset, tmp_path, capsys):  # noqa: F811
     assert main(["sweep", "--grid", str(grid)]) == 0
     assert "6 of 6 cells done" in capsys.readouterr().out
     assert main(["sweep", "--grid", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_replay_dataset_rejects_misspelled_router_param(dataset, capsys):  # noqa: F811
+    assert main(["replay", "--dataset", str(dataset), "--policy", "cache_aware",
+                 "--router-param", "balance_abs_treshold=0"]) == 2
+    assert "balance_abs_treshold" in capsys.readouterr().err
+    assert main(["replay", "--dataset", str(dataset), "--policy", "cache_aware",
+                 "--router-param", "balance-abs-threshold=0", "--json"]) == 0

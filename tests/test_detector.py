@@ -112,3 +112,14 @@ def test_matches_brute_force(steps, x, z):
         events.append((key, t))
     det = BurstDetector(x, z)
     assert [det.observe(k, tt) for k, tt in events] == _brute_force(events, x, z)
+
+
+def test_exactly_z_apart_survives_float_rounding():
+    # 2.003207 - 1.003207 evaluates to 1.0000000000000002 in binary floating point
+    from btb_core.detector import BurstDetector
+
+    det = BurstDetector(x_repeats=2, z_s=1.0)
+    assert det.observe("k", 1.003207) is False
+    assert det.observe("k", 2.003207) is True
+    assert det.observe("j", 5.0) is False
+    assert det.observe("j", 6.000001) is False  # 1 us past Z is outside

@@ -339,7 +339,7 @@ def test_kv_aware_logits_closed_form():
     router = KvAwareRouter()
     view = setup(router, n=3)
     view.cache[0]["hbm"].update({1, 2})       # 2 of 4 blocks cached on replica 0
-    view.prefill_tokens[:] = [320, 0, 160]
+    router._prefill_tokens[:] = [320, 0, 160]  # the router's own book of uncached prefill tokens
     view.blocks[:] = [10, 30, 0]
     logits = router.logits(req(0, [1, 2, 3, 4]))  # 64 tokens, 4 blocks
     # r0: prefill (320 + 32)/16 = 22, decode 10 + 2 = 12 -> 34
@@ -388,8 +388,29 @@ def test_kv_aware_softmax_sampling_frequencies():
     router = KvAwareRouter(router_temperature=1.0)
     view = setup(router, n=2, seed=1)
     view.blocks[:] = [0, 10]  # logits differ by 10 -> p0 = 0.731
-    picks = [router.route(req(i, [i])) for i in range(2000)]
+    picks = []
+    for i in range(2000):
+        r = req(i, [i])
+        picks.append(router.route(r))
+        router.on_prefill_done(r, picks[-1])  # keep the prefill book empty between draws
     assert picks.count(0) / 2000 == pytest.approx(0.731, abs=0.03)
+
+
+def test_kv_aware_books_only_uncached_tokens_until_prefill_completes():
+    # Dynamo's ActiveSequences: a dispatched request adds isl - overlap * block to its worker's
+    # prefill load and removes it at mark_prefill_completed (regression: the engine's raw
+    # waiting-queue tokens made a hot-prefix holder look 4 blocks busier per queued cache hit).
+    router = KvAwareRouter()
+    view = setup(router, n=2)
+    view.cache[0]["hbm"].update({1, 2, 3})            # 3 of 4 blocks cached on replica 0
+    first, second = req(0, [1, 2, 3, 4]), req(1, [1, 2, 3, 5])
+    assert router.route(first) == 0
+    assert router._prefill_tokens == [16, 0]           # 64 tokens - 3 cached blocks x 16
+    assert router.route(second) == 0                   # still cheaper than 64 cold tokens on 1
+    assert router._prefill_tokens == [32, 0]
+    router.on_prefill_done(first, 0)
+    router.on_prefill_done(second, 0)
+    assert router._prefill_tokens == [0, 0]
 
 
 # -- llm_d -----------------------------------------------------------------------------------------

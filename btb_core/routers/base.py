@@ -1,7 +1,7 @@
 """The router interface every policy implements.
 
 A router is a class with one decision method, :meth:`Router.route`, and no-op hooks
-(:meth:`Router.on_request_finished`, :meth:`Router.on_transfer_done`). The simulator calls
+(:meth:`Router.on_prefill_done`, :meth:`Router.on_request_finished`, :meth:`Router.on_transfer_done`). The simulator calls
 :meth:`Router.reset` once with a :class:`ClusterView` before the first arrival; the view is the only
 window the router has onto the cluster, and it exposes just what a real gateway could know (its own
 dispatch decisions, queue lengths and KV usage that engines publish, KV-cache events) plus the one
@@ -84,6 +84,10 @@ class Router:
     def route(self, request: "Request") -> int:  # pragma: no cover - abstract
         """Return the replica index in ``[0, view.num_replicas)`` for ``request``."""
         raise NotImplementedError
+
+    def on_prefill_done(self, request: "Request", replica: int) -> None:
+        """Called when ``request``'s prefill completed on ``replica`` (its first token), before
+        :meth:`on_request_finished` for a 1-token output (Dynamo's ``mark_prefill_completed``)."""
 
     def on_request_finished(self, request: "Request", replica: int) -> None:
         """Called when ``request`` produced its last token on ``replica``."""

@@ -7,7 +7,12 @@ of ``isl`` tokens in ``ceil(isl / block)`` blocks:
 - ``overlap_w`` = leading request blocks cached on ``w`` (the KV-event indexer; here
   ``view.cached_blocks`` over ``overlap_tiers``, default device HBM only, as the default indexer
   sees GPU blocks);
-- ``prefill_blocks_w = (active prefill tokens on w + isl - overlap_w * block) / block``;
+- ``prefill_blocks_w = (active prefill tokens on w + isl - overlap_w * block) / block``, where the
+  active prefill tokens are the router's own book, as in Dynamo's ``ActiveSequences``: each request
+  it dispatched adds ``isl - overlap * block`` for the worker it went to (``add_request`` with its
+  ``overlap_blocks``) and removes it when its prefill completes (``mark_prefill_completed``), so a
+  queued request that will hit a cached prefix costs only its uncached tokens
+  (``lib/llm/src/kv_router/sequence.rs``, ``scheduler.rs``);
 - ``decode_blocks_w = active blocks on w + request blocks - overlap_w`` (blocks the request would
   add);
 - ``logit_w = overlap_score_weight * prefill_blocks_w + decode_blocks_w`` (lower is better;
@@ -62,6 +67,12 @@ class KvAwareRouter(Router):
         self.router_temperature = float(router_temperature)
         self.overlap_tiers = parse_tiers(overlap_tiers, self.name, "overlap_tiers")
 
+    def reset(self, view) -> None:
+        super().reset(view)
+        self._prefill_tokens = [0] * view.num_replicas   # the router's book of uncached prompt tokens
+        self._booked: dict[int, tuple[int, int]] = {}     # request index -> (replica, tokens booked)
+        self._uncached = np.zeros(view.num_replicas, dtype=np.int64)
+
     def logits(self, request) -> np.ndarray:
         """Per-replica cost, shape ``(num_replicas,)``, in blocks (lower is better)."""
         v = self.view
@@ -72,10 +83,22 @@ class KvAwareRouter(Router):
         for r in range(v.num_replicas):
             overlap = min(v.cached_blocks(r, request.hash_ids, self.overlap_tiers), req_blocks)
             uncached = max(0, isl - overlap * bt)
-            prefill_blocks = (v.active_prefill_tokens(r) + uncached) / bt
+            self._uncached[r] = uncached
+            prefill_blocks = (self._prefill_tokens[r] + uncached) / bt
             decode_blocks = v.active_blocks(r) + (req_blocks - overlap)
             out[r] = self.overlap_score_weight * prefill_blocks + decode_blocks
         return out
+
+    def _book(self, request, replica: int) -> int:
+        tokens = int(self._uncached[replica])
+        self._prefill_tokens[replica] += tokens
+        self._booked[request.index] = (replica, tokens)
+        return replica
+
+    def on_prefill_done(self, request, replica: int) -> None:
+        booked = self._booked.pop(request.index, None)
+        if booked is not None:
+            self._prefill_tokens[booked[0]] -= booked[1]
 
     def probabilities(self, logits: np.ndarray) -> np.ndarray:
         """Dynamo's softmax over range-normalised negated logits at ``router_temperature > 0``."""
@@ -91,10 +114,11 @@ class KvAwareRouter(Router):
         rng = self.view.rng
         if self.router_temperature == 0.0:
             tied = np.flatnonzero(logits == logits.min())
-            return int(tied[0]) if len(tied) == 1 else int(tied[rng.integers(len(tied))])
+            pick = int(tied[0]) if len(tied) == 1 else int(tied[rng.integers(len(tied))])
+            return self._book(request, pick)
         p = self.probabilities(logits)
         u = rng.random()
-        return int(min(np.searchsorted(np.cumsum(p), u, side="left"), len(p) - 1))
+        return self._book(request, int(min(np.searchsorted(np.cumsum(p), u, side="left"), len(p) - 1)))
 
 
 __all__ = ["KvAwareRouter"]

@@ -397,6 +397,7 @@ class Simulator:
 
     def _first_token(self, rep, job):
         job.first_token_s = self.now
+        self.router.on_prefill_done(job.req, rep.idx)
         if job.req.output_length <= 1:
             self._finish(rep, job)
         else:
