@@ -32,6 +32,19 @@ LEDGER_SUM = ("rdma_bytes", "rdma_copies", "copies_unused", "recomputed_prefill_
               "recomputed_prefill_gpu_s", "prefill_gpu_s_saved", "prompt_tokens")
 
 
+def check_names(policies=(), setups=(), schedulers=(), where: str = "") -> None:
+    """Raise ConfigError naming the first unknown policy, setup or scheduler (and the valid ones)."""
+    from .routers import POLICIES
+    from .sim import SCHEDULERS
+    from .specs import SETUPS
+
+    for kind, names, valid in (("policy", policies, sorted(POLICIES)), ("setup", setups, sorted(SETUPS)),
+                               ("scheduler", schedulers, list(SCHEDULERS))):
+        for name in names:
+            if name not in valid:
+                raise ConfigError(f"{where}unknown {kind} {name!r}; choose from {', '.join(valid)}")
+
+
 # ------------------------------------------------------------------ windows
 def window_kind(window) -> str:
     """``"synthetic"`` if any row of the window comes from a synthetic job or decoy, else ``"normal"``.
@@ -281,19 +294,7 @@ def run_experiment(dataset, split: str = "test", policies=("cache_aware", "btb")
     ConfigError
         Unknown policy, setup or scheduler, or an empty split.
     """
-    from .routers import POLICIES
-    from .sim import SCHEDULERS
-    from .specs import SETUPS
-
-    for p in policies:
-        if p not in POLICIES:
-            raise ConfigError(f"unknown policy {p!r}; choose from {', '.join(sorted(POLICIES))}")
-    for s in setups:
-        if s not in SETUPS:
-            raise ConfigError(f"unknown setup {s!r}; choose from {', '.join(sorted(SETUPS))}")
-    for s in schedulers:
-        if s not in SCHEDULERS:
-            raise ConfigError(f"unknown scheduler {s!r}; choose from {', '.join(SCHEDULERS)}")
+    check_names(policies=policies, setups=setups, schedulers=schedulers)
     router_params = router_params or {}
     windows = load_windows(dataset, split, max_windows)
     kinds = {wid: kind for wid, kind, _ in windows}

@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import ConfigError
-from .experiment import BASELINE_POLICY, Cell, load_windows, run_cell
+from .experiment import BASELINE_POLICY, Cell, check_names, load_windows, run_cell
 
 #: Fields a grid file may have.
 GRID_KEYS = frozenset({"dataset", "split", "max_windows", "setups", "schedulers", "replicas", "seed",
@@ -81,8 +81,6 @@ class Grid:
         if "dataset" not in spec:
             raise ConfigError("grid: missing field 'dataset' (a `btb synth` output directory)")
         from .routers import POLICIES
-        from .sim import SCHEDULERS
-        from .specs import SETUPS
 
         policies = []
         pol_spec = spec.get("policies") or {"cache_aware": {}, "btb": {}}
@@ -117,12 +115,7 @@ class Grid:
             return value
 
         setups, schedulers = tup("setups", "70b_h100x4"), tup("schedulers", "chunked")
-        for s_ in setups:
-            if s_ not in SETUPS:
-                raise ConfigError(f"grid: unknown setup {s_!r}; choose from {', '.join(sorted(SETUPS))}")
-        for s_ in schedulers:
-            if s_ not in SCHEDULERS:
-                raise ConfigError(f"grid: unknown scheduler {s_!r}; choose from {', '.join(SCHEDULERS)}")
+        check_names(setups=setups, schedulers=schedulers, where="grid: ")
         replicas = tuple(integer("replicas", r, 1) for r in tup("replicas", 4))
         seed = integer("seed", spec.get("seed", 0), 0)
         max_windows = spec.get("max_windows")

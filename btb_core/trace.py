@@ -650,17 +650,22 @@ def from_table(table: pd.DataFrame, *, block_tokens: int, name: str = "trace", s
 # --------------------------------------------------------------------------------------------
 
 
+def _decode_line(raw: bytes, path: Path, lineno: int) -> str:
+    """One line of a text trace as str; TraceError naming file, line and byte if it is not UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}, line {lineno}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
+                         f"column {exc.start + 1}); is this a JSONL trace?") from None
+
+
 def _read_jsonl(path: Path, required: Iterable[str]) -> tuple[list[dict], list[int]]:
     """Parse a JSONL file; returns (records, 1-based line numbers). Blank lines are skipped."""
     required = tuple(required)
     records, lines = [], []
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise TraceError(f"{path}, line {lineno}: not UTF-8 text (byte 0x{raw[exc.start]:02x} "
-                                 f"at column {exc.start + 1}); is this a JSONL trace?") from None
+            line = _decode_line(raw, path, lineno)
             if not line.strip():
                 continue
             try:
@@ -1004,11 +1009,7 @@ def detect_format(path: str | Path) -> str:
     if suffix in (".jsonl", ".json"):
         with open(p, "rb") as fh:
             for lineno, raw in enumerate(fh, 1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise TraceError(f"{p}, line {lineno}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
-                                     f"column {exc.start + 1}); is this a JSONL trace?") from None
+                line = _decode_line(raw, p, lineno)
                 if line.strip():
                     try:
                         rec = json.loads(line)

@@ -326,3 +326,13 @@ def test_groups_need_contiguous_rows():
     with pytest.raises(TraceError, match=r"g: rows of 'trace_id' are not contiguous \(row 2 "
                                          r"returns to 'a'"):
         tr.groups("trace_id")
+
+
+def test_binary_file_is_a_one_line_error(tmp_path):
+    from btb_core.cli import main
+
+    path = tmp_path / "binary.jsonl"
+    path.write_bytes(b"\xff\xfe{}\n")
+    with pytest.raises(TraceError, match=r"binary.jsonl, line 1: not UTF-8 text \(byte 0xff at column 1\)"):
+        load_trace(path)
+    assert main(["audit", str(path)]) == 2
