@@ -37,7 +37,6 @@ class FakeView:
         self.queue = [0] * n
         self.run = [0] * n
         self.kv = [0.0] * n
-        self.prefill_tokens = [0] * n
         self.blocks = [0] * n
         self.egress = [0.0] * n
         self.transfers: list[tuple] = []
@@ -46,7 +45,6 @@ class FakeView:
     def queue_length(self, r): return self.queue[r]
     def running(self, r): return self.run[r]
     def kv_usage(self, r): return self.kv[r]
-    def active_prefill_tokens(self, r): return self.prefill_tokens[r]
     def active_blocks(self, r): return self.blocks[r]
     def egress_backlog_s(self, r): return self.egress[r]
 

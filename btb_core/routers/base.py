@@ -47,9 +47,6 @@ class ClusterView(Protocol):
         cache in any of ``tiers`` (KV-event view: only blocks whose prefill finished or whose copy
         landed)."""
 
-    def active_prefill_tokens(self, replica: int) -> int:
-        """Prompt tokens still to be prefilled on ``replica`` (waiting + partially prefilled)."""
-
     def active_blocks(self, replica: int) -> int:
         """KV blocks held by requests running on ``replica``."""
 

@@ -26,6 +26,15 @@ from ..errors import TraceError
 _CHUNK = 1 << 22
 
 
+def locate(lens, pos: int) -> tuple[int, int]:
+    """(piece index, offset in that piece) of path position ``pos``, given the pieces' lengths."""
+    k = 0
+    while pos >= lens[k]:
+        pos -= lens[k]
+        k += 1
+    return k, pos
+
+
 class BlockIndex:
     """Parents, run starts and per-row pieces of a trace's chained ids.
 

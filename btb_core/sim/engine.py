@@ -14,12 +14,11 @@ from __future__ import annotations
 import gc
 import heapq
 import sys
-from math import ceil
 
 import numpy as np
 
 from ..errors import ConfigError
-from .blocks import BlockIndex
+from .blocks import BlockIndex, locate
 from .kvcache import DiskTier, KVCache
 from .metrics import SimResult, build_result
 from .replica import DecodeModel, Job, Replica
@@ -134,9 +133,6 @@ class Simulator:
         if pieces is None:
             return self._matched_any(cache, hash_ids, tiers)
         return cache.matched_blocks(pieces[0], pieces[1], len(hash_ids), tiers)
-
-    def active_prefill_tokens(self, replica: int) -> int:
-        return self.replicas[replica].pending_prefill_tokens
 
     def active_blocks(self, replica: int) -> int:
         return self.replicas[replica].cache.used_slots
@@ -278,9 +274,7 @@ class Simulator:
                                  f"{job.req.request_id!r}; valid replicas are 0..{self.num_replicas - 1}")
             rep = replicas[r]
             job.replica = r
-            job.queue_len_at_arrival = len(rep.waiting)
             rep.waiting.append(job)
-            rep.pending_prefill_tokens += job.req.input_length
             self._sample_queue(rep)
             if not rep.busy:
                 if rep.kick_pending:
@@ -360,7 +354,6 @@ class Simulator:
         job.load_s = load
         job.reuse_tier = "disk" if n_k else ("dram" if n_d else ("hbm" if n_h else "none"))
         job.admit_s = self.now
-        rep.pending_prefill_tokens -= m * bt
         if m and rep.copy_lengths:
             self._mark_served(rep, job, m)
         return True
@@ -369,11 +362,8 @@ class Simulator:
         ps, pl = job.ps, job.pl
         for length in rep.copy_lengths:
             if length <= m:
-                pos, k = length - 1, 0
-                while pos >= pl[k]:
-                    pos -= pl[k]
-                    k += 1
-                recs = rep.copy_marks.get(ps[k] + pos)
+                k, o = locate(pl, length - 1)
+                recs = rep.copy_marks.get(ps[k] + o)
                 if recs:
                     for tr in recs:
                         tr.served += 1
@@ -423,9 +413,8 @@ class Simulator:
         rep.op_kind = kind
         rep.op_token += 1
         rep.op_start_s = self.now
-        rep.op_end_s = self.now + duration
         rep.op_data = data
-        self._push(rep.op_end_s, _OP, rep, rep.op_token)
+        self._push(self.now + duration, _OP, rep, rep.op_token)
 
     def _plan(self, rep):
         """Start the replica's next operation, or leave it idle."""
@@ -446,8 +435,6 @@ class Simulator:
                 self._sample_queue(rep)
                 req = job.req
                 compute = self.cost.prefill_s(req.input_length - job.done_tokens, job.done_tokens)
-                job.compute_s = compute
-                job.prefill_start_s = self.now
                 rep.in_op += 1
                 self._start_op(rep, "prefill", job.load_s + compute, job)
                 return
@@ -472,7 +459,6 @@ class Simulator:
             return
         end = rep.op_start_s + self.decode.stretch_s(n, ctx, m)
         rep.op_data = (n, ctx, m)
-        rep.op_end_s = end
         rep.op_token += 1
         self._push(end, _OP, rep, rep.op_token)
 
@@ -499,7 +485,6 @@ class Simulator:
                 break
             waiting.popleft()
             admitted = True
-            job.prefill_start_s = self.now
             rep.prefilling.append(job)
             loads += job.load_s
             rem = job.req.input_length - job.done_tokens
@@ -530,11 +515,9 @@ class Simulator:
         r.append(rep.idx)
         a.append(rep.op_start_s)
         b.append(self.now)
-        rep.busy_s += self.now - rep.op_start_s
         if kind == "prefill":
             job = rep.op_data
             rep.in_op -= 1
-            rep.pending_prefill_tokens -= job.req.input_length - job.done_tokens
             job.done_tokens = job.req.input_length
             self._complete(rep, job, job.done_tokens)
             self._first_token(rep, job)
@@ -551,7 +534,6 @@ class Simulator:
             finished = []
             for job, c in rep.op_data:
                 job.done_tokens += c
-                rep.pending_prefill_tokens -= c
                 self._complete(rep, job, job.done_tokens)
                 if job.done_tokens >= job.req.input_length:
                     finished.append(job)

@@ -39,6 +39,8 @@ Paths are passed as ``(starts, lens)``: the run start ids and lengths of the pat
 
 from __future__ import annotations
 
+from .blocks import locate
+
 
 class _Span:
     __slots__ = ("run", "lo", "hi", "prev", "next")
@@ -264,14 +266,6 @@ class KVCache:
         self.evicted_blocks = 0
 
     # ------------------------------------------------------------------ queries
-    def hbm_blocks(self) -> int:
-        """HBM slots in use (pinned + private + LRU)."""
-        return self.used_slots + self.lru.size
-
-    def free_slots(self) -> int:
-        """Slots obtainable now (free + evictable)."""
-        return self.capacity_blocks - self.used_slots
-
     def hbm_prefix(self, starts, lens, limit: int) -> int:
         """Leading blocks of the path (at most ``limit``) in HBM (pinned or LRU)."""
         hbm = self.hbm_len
@@ -324,14 +318,6 @@ class KVCache:
             o = 0
         return n_d, n_k
 
-    def _locate(self, starts, lens, pos):
-        """(piece index, offset) of path position ``pos``."""
-        k = 0
-        while pos >= lens[k]:
-            pos -= lens[k]
-            k += 1
-        return k, pos
-
     def match(self, starts, lens, limit: int) -> tuple[int, int, int]:
         """Longest run of the first ``limit`` blocks of the path present, by tier.
 
@@ -343,7 +329,7 @@ class KVCache:
         n_h = self.hbm_prefix(starts, lens, limit)
         if n_h >= limit or (not self.dram.size and (self.disk is None or not self.disk.blocks.size)):
             return n_h, 0, 0
-        k, o = self._locate(starts, lens, n_h)
+        k, o = locate(lens, n_h)
         n_d, n_k = self._lower(starts, lens, k, o, limit - n_h, True, True)
         return n_h, n_d, n_k
 
@@ -355,7 +341,7 @@ class KVCache:
         use_dram, use_disk = "dram" in tiers, "disk" in tiers
         if not (use_dram or use_disk):
             return h
-        k, o = self._locate(starts, lens, h)
+        k, o = locate(lens, h)
         n_d, n_k = self._lower(starts, lens, k, o, n - h, use_dram, use_disk)
         return h + n_d + n_k
 
@@ -537,7 +523,7 @@ class KVCache:
         already cached, the request shares it and its duplicate slot is freed).
         Returns the number of private slots converted or freed (``stop - start``).
         """
-        pin, hbm, lru, dram, holders = self.pin_len, self.hbm_len, self.lru, self.dram, self.holders
+        pin, hbm, lru, dram = self.pin_len, self.hbm_len, self.lru, self.dram
         pos = 0
         for k in range(len(starts)):
             ln = lens[k]
@@ -549,17 +535,7 @@ class KVCache:
             run = starts[k]
             old = start - pos if start > pos else 0
             new = stop - pos if stop - pos < ln else ln
-            cnt = holders.get(run)             # the holder's length on this run: old -> new
-            if cnt is None:
-                holders[run] = {new: 1}
-            else:
-                if old:
-                    c = cnt[old]
-                    if c == 1:
-                        del cnt[old]
-                    else:
-                        cnt[old] = c - 1
-                cnt[new] = cnt.get(new, 0) + 1
+            self._hold(run, old, new)          # the holder's length on this run: old -> new
             p = pin.get(run, 0)
             if p > old:                        # [old, min(new, p)) was pinned by others: share it
                 self.used_slots -= (new if new < p else p) - old
@@ -592,12 +568,8 @@ class KVCache:
         """Undo a holder's pin of the path's first ``n`` blocks (deepest first into the LRU)."""
         if n <= 0:
             return
-        k = 0
-        pos = 0
-        while pos + lens[k] < n:               # piece k holds the path's block n - 1
-            pos += lens[k]
-            k += 1
-        self._unhold(starts[k], n - pos)
+        k, o = locate(lens, n - 1)             # piece k holds the path's block n - 1
+        self._unhold(starts[k], o + 1)
         for k in range(k - 1, -1, -1):
             self._unhold(starts[k], lens[k])
 

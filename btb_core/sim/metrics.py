@@ -113,18 +113,7 @@ def _percentiles(x: np.ndarray, prefix: str) -> dict:
             f"{prefix}_p90_s": float(p90), f"{prefix}_p95_s": float(p95), f"{prefix}_p99_s": float(p99)}
 
 
-def _prefill_s_array(cost, new, cached):
-    try:
-        out = np.asarray(cost.prefill_s(new.astype(np.float64), cached.astype(np.float64)), dtype=float)
-        if out.shape == new.shape:
-            return out
-    except Exception:  # scalar-only cost model
-        pass
-    return np.array([cost.prefill_s(int(a), int(b)) for a, b in zip(new, cached)], dtype=float)
-
-
-def run_metrics(requests: pd.DataFrame, transfers: pd.DataFrame, cost, num_replicas: int,
-                busy_s: np.ndarray) -> dict:
+def run_metrics(requests: pd.DataFrame, transfers: pd.DataFrame, cost, busy_s: np.ndarray) -> dict:
     """Run metrics from the per-request and transfer tables.
 
     Keys: ``requests``; ``ttft_{mean,p50,p90,p95,p99}_s``; ``e2e_mean_s``; ``queue_wait_mean_s``;
@@ -148,8 +137,9 @@ def run_metrics(requests: pd.DataFrame, transfers: pd.DataFrame, cost, num_repli
     gpus = int(cost.node.num_gpus)
     new = requests["recomputed_tokens"].to_numpy()
     cached = requests["reused_tokens"].to_numpy()
-    ran = _prefill_s_array(cost, new, cached) if len(new) else np.zeros(0)
-    full = _prefill_s_array(cost, requests["input_length"].to_numpy(), np.zeros(len(new))) if len(new) else np.zeros(0)
+    # the cost model's formulas are plain arithmetic, so they take whole columns at once
+    ran = cost.prefill_s(new.astype(np.float64), cached.astype(np.float64))
+    full = cost.prefill_s(requests["input_length"].to_numpy(np.float64), np.zeros(len(new)))
     m["recomputed_prefill_gpu_s"] = float(ran.sum() * gpus)
     m["prefill_gpu_s_saved"] = float((full - ran).sum() * gpus)
     m["rdma_bytes"] = int(transfers["bytes"].sum()) if len(transfers) else 0
@@ -204,8 +194,10 @@ def build_result(sim) -> SimResult:
                  "landed_blocks", "served_requests"])
     qs = _columns_frame(sim.queue_samples, ["time_s", "replica", "queue_length"])
     bi = _columns_frame(sim.busy_intervals, ["replica", "start_s", "end_s"])
-    busy = np.array([r.busy_s for r in sim.replicas])
-    metrics = run_metrics(df, tr, sim.cost, sim.num_replicas, busy)
+    # busy seconds per replica, summed in event order
+    busy = np.bincount(bi["replica"].to_numpy(), weights=(bi["end_s"] - bi["start_s"]).to_numpy(),
+                       minlength=sim.num_replicas)
+    metrics = run_metrics(df, tr, sim.cost, busy)
     metrics["events"] = int(sim.events)
     peaks = {
         "peak_hbm_blocks": max(r.cache.peak_hbm_blocks for r in sim.replicas),

@@ -20,7 +20,6 @@ Admission reserves KV for prompt + output tokens up front, so no preemption is m
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from math import ceil
 
@@ -28,10 +27,9 @@ from math import ceil
 class Job:
     """Mutable per-request state during a run (the immutable part is the Request)."""
 
-    __slots__ = ("req", "ps", "pl", "full", "replica", "admit_s", "prefill_start_s", "first_token_s",
+    __slots__ = ("req", "ps", "pl", "full", "replica", "admit_s", "first_token_s",
                  "finish_s", "done_tokens", "reused_tokens", "hit_hbm", "hit_dram", "hit_disk",
-                 "load_s", "pinned", "private", "join_ctx", "join_step", "compute_s",
-                 "reuse_tier", "queue_len_at_arrival")
+                 "load_s", "pinned", "private", "join_ctx", "join_step", "reuse_tier")
 
     def __init__(self, req, piece_starts, piece_lens, full):
         self.req = req
@@ -40,7 +38,6 @@ class Job:
         self.full = full
         self.replica = -1
         self.admit_s = -1.0
-        self.prefill_start_s = -1.0
         self.first_token_s = -1.0
         self.finish_s = -1.0
         self.done_tokens = 0
@@ -53,18 +50,16 @@ class Job:
         self.private = 0
         self.join_ctx = 0
         self.join_step = 0
-        self.compute_s = 0.0
         self.reuse_tier = "none"
-        self.queue_len_at_arrival = 0
 
 
 class Replica:
     """State of one replica; scheduling logic is driven by the engine (see module docstring)."""
 
     __slots__ = ("idx", "cache", "waiting", "prefilling", "decode_heap", "n_decode", "ctx_tokens",
-                 "steps_done", "busy", "op_kind", "op_token", "op_start_s", "op_end_s", "op_data",
-                 "paused_until", "pending_prefill_tokens", "in_op", "copy_marks", "copy_lengths",
-                 "busy_s", "egress_free_s", "ingress_free_s", "kick_pending")
+                 "steps_done", "busy", "op_kind", "op_token", "op_start_s", "op_data",
+                 "paused_until", "in_op", "copy_marks", "copy_lengths",
+                 "egress_free_s", "ingress_free_s", "kick_pending")
 
     def __init__(self, idx, cache):
         self.idx = idx
@@ -79,14 +74,11 @@ class Replica:
         self.op_kind = None
         self.op_token = 0
         self.op_start_s = 0.0
-        self.op_end_s = 0.0
         self.op_data = None
         self.paused_until = 0.0
-        self.pending_prefill_tokens = 0
         self.in_op = 0                # requests in a prefill op (prefill_first)
         self.copy_marks = {}          # last block of a landed copy -> list of transfer records
         self.copy_lengths = set()
-        self.busy_s = 0.0
         self.egress_free_s = 0.0
         self.ingress_free_s = 0.0
         self.kick_pending = False
@@ -146,4 +138,4 @@ class DecodeModel:
         return lo
 
 
-__all__ = ["Job", "Replica", "DecodeModel", "heapq", "ceil"]
+__all__ = ["Job", "Replica", "DecodeModel"]
