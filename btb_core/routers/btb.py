@@ -126,7 +126,8 @@ class BTBRouter(Router):
         self.cache_aware.reset(view)
         self.detector = BurstDetector(self.x_repeats, self.z_s)
         self._started: dict = {}    # prefix key -> destinations a copy was started to
-        self._landed: dict = {}     # prefix key -> destinations whose copy landed
+        self._landed: set = set()   # prefix keys with at least one landed copy
+        self._prefixes: dict = {}   # prefix key -> its Y block ids (keys that became active)
         self._transfer_key: dict = {}
         #: One dict per copy: key, src, dst, start_s, done_s (None until it lands).
         self.transfers: list[dict] = []
@@ -139,15 +140,12 @@ class BTBRouter(Router):
         return self.cache_aware.load
 
     # -- the rule ------------------------------------------------------------------------------
-    def _replicate(self, key, prefix: tuple) -> None:
+    def _replicate(self, key, prefix: tuple, holding: list) -> None:
         started = self._started.setdefault(key, set())
         budget = self.m_replicas - len(started)
         if budget <= 0:
             return
         v = self.view
-        y = len(prefix)
-        holding = [v.cached_blocks(r, prefix, self.source_tiers) >= y
-                   for r in range(v.num_replicas)]
         holders = [r for r in range(v.num_replicas) if holding[r]]
         if not holders:
             return  # the first prefill is still running (or the prefix was evicted everywhere)
@@ -156,33 +154,34 @@ class BTBRouter(Router):
                           key=lambda r: (loads[r], r))
         for dst in eligible[:budget]:
             src = min(holders, key=lambda r: (v.egress_backlog_s(r), r))
-            if self.pause_compute_while_receiving:
-                tid = v.start_transfer(src, dst, prefix, pause_destination=True)
-            else:
-                tid = v.start_transfer(src, dst, prefix)
+            tid = v.start_transfer(src, dst, prefix,
+                                   pause_destination=self.pause_compute_while_receiving)
             started.add(dst)
             self._transfer_key[tid] = (key, len(self.transfers))
-            self.transfers.append({"key": key, "src": src, "dst": dst, "num_blocks": y,
+            self.transfers.append({"key": key, "src": src, "dst": dst, "num_blocks": len(prefix),
                                    "start_s": v.now_s, "done_s": None})
-
-    def _warm_choice(self, key, prefix: tuple):
-        if not self._landed.get(key):
-            return None
-        v = self.view
-        y = len(prefix)
-        cands = [r for r in range(v.num_replicas)
-                 if v.cached_blocks(r, prefix, self.source_tiers) >= y]
-        return self.load.argmin(cands) if cands else None
 
     def route(self, request) -> int:
         y = self.y_blocks
         replica = None
         key = prefix_key(request.hash_ids, y) if request.full_blocks >= y else None
         if key is not None:
-            prefix = tuple(request.hash_ids[:y])
-            if self.detector.observe(key, self.view.now_s) and self.m_replicas > 0:
-                self._replicate(key, prefix)
-            replica = self._warm_choice(key, prefix)
+            active = self.detector.observe(key, self.view.now_s) and self.m_replicas > 0
+            landed = key in self._landed
+            if active or landed:
+                # one prefix tuple per key (so the simulator's lookup memo hits), one holder scan;
+                # copies started below land later, so the scan holds for the warm choice too
+                prefix = self._prefixes.get(key)
+                if prefix is None:
+                    prefix = self._prefixes[key] = request.hash_ids[:y]
+                v = self.view
+                holding = [v.cached_blocks(r, prefix, self.source_tiers) >= y
+                           for r in range(v.num_replicas)]
+                if active:
+                    self._replicate(key, prefix, holding)
+                if landed:
+                    cands = [r for r in range(v.num_replicas) if holding[r]]
+                    replica = self.load.argmin(cands) if cands else None
         if replica is None:
             replica = self.cache_aware.choose(request)
             self.decisions["fallback"] += 1
@@ -200,7 +199,7 @@ class BTBRouter(Router):
         if entry is None:
             return
         key, row = entry
-        self._landed.setdefault(key, set()).add(dst)
+        self._landed.add(key)
         self.transfers[row]["done_s"] = self.view.now_s
 
 

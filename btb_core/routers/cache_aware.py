@@ -138,11 +138,12 @@ class CacheAwareRouter(Router):
         n = self.view.num_replicas
         bt = request.block_tokens
         isl = int(request.input_length)
+        ids = request.hash_ids
         if self.match_mode == "tree":
-            matched = [self.tree.match_tokens(r, request.hash_ids, isl, bt) for r in range(n)]
+            matched = [self.tree.match_tokens(r, ids, isl, bt) for r in range(n)]
         else:
-            matched = [min(self.view.cached_blocks(r, request.hash_ids, self.kv_event_tiers) * bt,
-                           isl) for r in range(n)]
+            matched = [min(self.view.cached_blocks(r, ids, self.kv_event_tiers) * bt, isl)
+                       for r in range(n)]
         loads = self.load.loads
         best = min(range(n), key=lambda r: (-matched[r], loads[r], r))
         return best, matched[best]

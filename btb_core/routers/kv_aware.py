@@ -71,29 +71,28 @@ class KvAwareRouter(Router):
         super().reset(view)
         self._prefill_tokens = [0] * view.num_replicas   # the router's book of uncached prompt tokens
         self._booked: dict[int, tuple[int, int]] = {}     # request index -> (replica, tokens booked)
-        self._uncached = np.zeros(view.num_replicas, dtype=np.int64)
 
-    def logits(self, request) -> np.ndarray:
-        """Per-replica cost, shape ``(num_replicas,)``, in blocks (lower is better)."""
+    def _costs(self, request) -> tuple[list[float], list[int]]:
+        """Per-replica logits (blocks, lower is better) and uncached prompt tokens."""
         v = self.view
         bt = request.block_tokens
         isl = int(request.input_length)
+        ids = request.hash_ids
         req_blocks = math.ceil(isl / bt)
-        out = np.empty(v.num_replicas)
+        w = self.overlap_score_weight
+        logits, uncached = [], []
         for r in range(v.num_replicas):
-            overlap = min(v.cached_blocks(r, request.hash_ids, self.overlap_tiers), req_blocks)
-            uncached = max(0, isl - overlap * bt)
-            self._uncached[r] = uncached
-            prefill_blocks = (self._prefill_tokens[r] + uncached) / bt
+            overlap = min(v.cached_blocks(r, ids, self.overlap_tiers), req_blocks)
+            u = max(0, isl - overlap * bt)
+            prefill_blocks = (self._prefill_tokens[r] + u) / bt
             decode_blocks = v.active_blocks(r) + (req_blocks - overlap)
-            out[r] = self.overlap_score_weight * prefill_blocks + decode_blocks
-        return out
+            logits.append(w * prefill_blocks + decode_blocks)
+            uncached.append(u)
+        return logits, uncached
 
-    def _book(self, request, replica: int) -> int:
-        tokens = int(self._uncached[replica])
-        self._prefill_tokens[replica] += tokens
-        self._booked[request.index] = (replica, tokens)
-        return replica
+    def logits(self, request) -> np.ndarray:
+        """Per-replica cost, shape ``(num_replicas,)``, in blocks (lower is better)."""
+        return np.array(self._costs(request)[0])
 
     def on_prefill_done(self, request, replica: int) -> None:
         booked = self._booked.pop(request.index, None)
@@ -110,15 +109,20 @@ class KvAwareRouter(Router):
         return p / p.sum()
 
     def route(self, request) -> int:
-        logits = self.logits(request)
+        logits, uncached = self._costs(request)
         rng = self.view.rng
         if self.router_temperature == 0.0:
-            tied = np.flatnonzero(logits == logits.min())
-            pick = int(tied[0]) if len(tied) == 1 else int(tied[rng.integers(len(tied))])
-            return self._book(request, pick)
-        p = self.probabilities(logits)
-        u = rng.random()
-        return self._book(request, int(min(np.searchsorted(np.cumsum(p), u, side="left"), len(p) - 1)))
+            lo = min(logits)
+            tied = [r for r, x in enumerate(logits) if x == lo]
+            pick = tied[0] if len(tied) == 1 else tied[int(rng.integers(len(tied)))]
+        else:
+            p = self.probabilities(np.array(logits))
+            u = rng.random()
+            pick = int(min(np.searchsorted(np.cumsum(p), u, side="left"), len(p) - 1))
+        # book the request's uncached tokens on its worker until its prefill completes
+        self._prefill_tokens[pick] += uncached[pick]
+        self._booked[request.index] = (pick, uncached[pick])
+        return pick
 
 
 __all__ = ["KvAwareRouter"]

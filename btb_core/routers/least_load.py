@@ -51,9 +51,12 @@ class InFlightLoad:
             self.loads[replica] -= amount
 
     def argmin(self, candidates=None) -> int:
-        """Lowest-load replica among ``candidates`` (default all); ties go to the lowest index."""
-        idx = range(len(self.loads)) if candidates is None else candidates
-        return min(idx, key=lambda r: (self.loads[r], r))
+        """Lowest-load replica among ``candidates`` (ascending indices; default all); ties go to the
+        lowest index."""
+        loads = self.loads
+        if candidates is None:
+            return loads.index(min(loads))
+        return min(candidates, key=loads.__getitem__)
 
 
 class LeastLoadRouter(Router):

@@ -79,6 +79,7 @@ class LlmDRouter(Router):
         if prefix_mode not in ("approx", "kv_events"):
             raise ConfigError(f"{p}: prefix_mode={prefix_mode!r} must be 'approx' or 'kv_events'")
         self.weights = (float(prefix_weight), float(queue_weight), float(kv_cache_weight))
+        self._weights = np.array(self.weights)
         self.prefix_mode = prefix_mode
         self.lru_capacity_blocks = int(lru_capacity_blocks)
         self.max_prefix_blocks = int(max_prefix_blocks)
@@ -91,12 +92,13 @@ class LlmDRouter(Router):
     def _prefix_blocks(self, request) -> tuple:
         return tuple(request.hash_ids[:min(request.full_blocks, self.max_prefix_blocks)])
 
-    def scores(self, request) -> np.ndarray:
+    def scores(self, request, blocks: tuple | None = None) -> np.ndarray:
         """Per-replica scorer values, shape ``(num_replicas, 3)``: prefix, queue, KV, each in
-        [0, 1] (unweighted)."""
+        [0, 1] (unweighted). ``blocks``: the request's prefix blocks, if already computed."""
         v = self.view
         n = v.num_replicas
-        blocks = self._prefix_blocks(request)
+        if blocks is None:
+            blocks = self._prefix_blocks(request)
         out = np.zeros((n, 3))
         for r in range(n):
             if blocks:
@@ -115,12 +117,13 @@ class LlmDRouter(Router):
         return out
 
     def route(self, request) -> int:
-        total = self.scores(request) @ np.array(self.weights)
+        blocks = self._prefix_blocks(request)
+        total = self.scores(request, blocks) @ self._weights
         tied = np.flatnonzero(total == total.max())
         replica = int(tied[0]) if len(tied) == 1 else int(tied[self.view.rng.integers(len(tied))])
         if self.prefix_mode == "approx":
             lru = self._lru[replica]
-            for h in self._prefix_blocks(request):
+            for h in blocks:
                 lru[h] = None
                 lru.move_to_end(h)
             while len(lru) > self.lru_capacity_blocks:
