@@ -380,60 +380,6 @@ def _bar(total, progress, desc):
     return tqdm(total=total, desc=desc, unit="window")
 
 
-# ------------------------------------------------------------------ CLI glue
-def _json_clean(v):
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (np.floating, float)):
-        return None if not math.isfinite(float(v)) else float(v)
-    return v
-
-
-def run_cli(args) -> int:
-    """``btb replay --dataset DIR ...`` (see :mod:`btb_core.commands.replay`)."""
-    from .routers import POLICIES, parse_router_params
-
-    schedulers = ("prefill_first", "chunked") if args.scheduler == "both" else (args.scheduler,)
-    params = {}
-    if args.router_param:
-        used = set()
-        for p in args.policy:
-            cls = POLICIES.get(p)
-            if cls is None:
-                raise ConfigError(f"unknown policy {p!r}; choose from {', '.join(sorted(POLICIES))}")
-            names = {rp.name for rp in getattr(cls, "PARAMS", ())}
-            mine = [kv for kv in args.router_param
-                    if kv.split("=", 1)[0].strip().replace("-", "_") in names]
-            used.update(mine)
-            params[p] = parse_router_params(cls, mine)
-        unused = [kv for kv in args.router_param if kv not in used]
-        if unused:
-            raise ConfigError(f"--router-param {unused[0]!r} is not a parameter of any of the policies "
-                              f"{', '.join(args.policy)}")
-    res = run_experiment(args.dataset, args.split, tuple(args.policy), tuple(args.setup), schedulers,
-                         replicas=args.replicas, seed=args.seed, router_params=params,
-                         max_windows=args.max_windows, continuous=args.continuous,
-                         progress=not args.json, attention=not args.linear)
-    if args.out is not None:
-        from .commands.replay import _write_parquet
-
-        _write_parquet(res.requests, args.out, args.overwrite)
-    if args.json:
-        rows = [{k: _json_clean(v) for k, v in r.items()} for r in res.results.to_dict("records")]
-        print(json.dumps({"results": rows}, indent=2))
-    else:
-        cols = ["setup", "scheduler", "policy", "dataset", "requests", "ttft_mean_s", "ttft_p50_s",
-                "ttft_p95_s", "ttft_p99_s", "speedup_vs_cache_aware", "rdma_copies", "copies_unused",
-                "recomputed_prefill_tokens"]
-        with pd.option_context("display.width", 200, "display.max_columns", 20):
-            print(res.results[[c for c in cols if c in res.results]].to_string(index=False, float_format="%.3f"))
-        if "continuous" in res.info:
-            print("\ncontinuous run:")
-            print(res.info["continuous"][["setup", "scheduler", "policy", "ttft_mean_s", "ttft_p95_s"]]
-                  .to_string(index=False, float_format="%.3f"))
-    return 0
-
-
 # ------------------------------------------------------------------ datasets for notebooks
 def ensure_dataset(preset: str = "quick", seed: int = 0, out_dir=None, **overrides) -> Path:
     """A Bursted dataset built from the shipped Mooncake trace, reused if already built.

@@ -34,9 +34,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import ConfigError
+from .fileio import atomic_write_bytes
 from .experiment import BASELINE_POLICY, Cell, check_names, load_windows, run_cell
 
 #: Fields a grid file may have.
@@ -80,17 +79,16 @@ class Grid:
             raise ConfigError(f"grid: unknown field {unknown[0]!r}; valid fields: {', '.join(sorted(GRID_KEYS))}")
         if "dataset" not in spec:
             raise ConfigError("grid: missing field 'dataset' (a `btb synth` output directory)")
-        from .routers import POLICIES
+        from .routers import policy_class, router_params
 
         policies = []
         pol_spec = spec.get("policies") or {"cache_aware": {}, "btb": {}}
         if not isinstance(pol_spec, dict):
             raise ConfigError("grid: 'policies' must map policy names to parameter axes")
         for name, axes in pol_spec.items():
-            if name not in POLICIES:
-                raise ConfigError(f"grid: unknown policy {name!r}; choose from {', '.join(sorted(POLICIES))}")
+            check_names(policies=[name], where="grid: ")
             axes = axes or {}
-            valid = {p.name for p in getattr(POLICIES[name], "PARAMS", ())}
+            valid = {p.name for p in router_params(policy_class(name))}
             for k in axes:
                 if k not in valid:
                     raise ConfigError(f"grid: policy {name!r} has no parameter {k!r}; valid: {sorted(valid)}")
@@ -178,16 +176,7 @@ def _sweep_job(args):
 
 
 def _write_part(out: Path, row: dict) -> None:
-    path = out / f"cell-{row['cell']}.parquet"
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".cell-", suffix=".tmp")
-    os.close(fd)
-    try:
-        pd.DataFrame([row]).to_parquet(tmp, index=False)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(out / f"cell-{row['cell']}.parquet", pd.DataFrame([row]).to_parquet(index=False))
 
 
 def done_cells(out) -> set[str]:

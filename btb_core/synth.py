@@ -48,6 +48,7 @@ import pandas as pd
 
 from . import __version__
 from .errors import ConfigError, TraceError
+from .fileio import jsonable
 from .paths import DATA_DIR, REPO_ROOT
 from .trace import Trace, from_table
 
@@ -319,23 +320,13 @@ class BurstedDataset:
             "seed": self.seed,
             "preset": self.preset,
             "block_tokens": self.block_tokens,
-            "parameters": _jsonable(dataclasses.asdict(self.config)),
+            "parameters": jsonable(dataclasses.asdict(self.config)),
             "base": self.base,
             "counts": self.counts(),
             "columns": list(COLUMNS),
             "files": files or {},
-            "windows": _jsonable(self.windows.to_dict(orient="records")),
+            "windows": jsonable(self.windows.to_dict(orient="records")),
         }
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
 
 
 # --------------------------------------------------------------------------------------------
@@ -747,10 +738,6 @@ def to_datasetdict(ds: BurstedDataset):
                                  for s in SPLITS})
 
 
-def _write_text(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8")
-
-
 def write(ds: BurstedDataset, out_dir: str | Path, *, overwrite: bool = False) -> Path:
     """Write ``ds`` as ``<out>/{train,test}.parquet`` + ``manifest.json`` + ``README.md``.
 
@@ -799,8 +786,8 @@ def write(ds: BurstedDataset, out_dir: str | Path, *, overwrite: bool = False) -
             dd[s].to_parquet(str(tmp / name))
             files[s] = {"path": name, "rows": len(dd[s]), "sha256": file_sha256(tmp / name)}
         manifest = ds.manifest(files)
-        _write_text(tmp / "manifest.json", json.dumps(manifest, indent=1, sort_keys=False) + "\n")
-        _write_text(tmp / "README.md", dataset_card(ds, manifest))
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+        (tmp / "README.md").write_text(dataset_card(ds, manifest), encoding="utf-8")
         os.chmod(tmp, 0o755)
         trash = None
         if out.exists():

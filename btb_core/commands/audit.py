@@ -20,6 +20,7 @@ import pandas as pd
 
 from ..audit import DEFAULT_BIN_S, DEFAULT_DEPTH_TOKENS, DEFAULT_WINDOW_S, burstiness, fanout_table
 from ..errors import ConfigError
+from ..fileio import jsonable
 from ..trace import FORMATS, TraceWarning, load_trace
 
 
@@ -54,21 +55,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _jsonable(rows: list[dict]) -> list[dict]:
-    out = []
-    for r in rows:
-        clean = {}
-        for k, v in r.items():
-            if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
-                clean[k] = None
-            elif hasattr(v, "item"):
-                clean[k] = v.item()
-            else:
-                clean[k] = v
-        out.append(clean)
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     """Load every trace, print the fan-out and burstiness tables (or JSON). Returns 0."""
     for d in args.depth_tokens:
@@ -92,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     burst = pd.concat([burstiness(t, DEFAULT_BIN_S) for t in traces], ignore_index=True)
     if args.json:
         table = burst if args.burstiness else fan
-        rows = _jsonable(table.to_dict(orient="records"))
+        rows = jsonable(table.to_dict(orient="records"))
         print(json.dumps(rows, indent=1))
         return 0
     show = fan[["trace", "depth_tokens", "window_s", "max_fanout", "keys_at_max",

@@ -12,11 +12,11 @@ Two modes:
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..fileio import atomic_write_bytes, jsonable
 
 
 def register(sub) -> None:
@@ -48,47 +48,70 @@ def register(sub) -> None:
 
 
 def _router(policy: str, params: list[str]):
-    from ..routers import POLICIES, parse_router_params
+    from ..routers import parse_router_params, policy_class
 
-    if policy not in POLICIES:
-        raise ConfigError(f"unknown policy {policy!r}; choose one of {', '.join(sorted(POLICIES))}")
-    cls = POLICIES[policy]
+    cls = policy_class(policy)
     return cls(**parse_router_params(cls, params))
 
 
-def _clean(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
 def _write_parquet(df, out: Path, overwrite: bool) -> None:
-    import os
-    import tempfile
-
+    """Write ``df`` to ``out`` atomically; refuse a directory, and an existing file without
+    ``overwrite``."""
     if out.is_dir():
         raise ConfigError(f"--out {out} is a directory; give a file name such as {out / 'requests.parquet'}")
     if out.exists() and not overwrite:
         raise ConfigError(f"{out} exists; pass --overwrite to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        df.to_parquet(tmp, index=False)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(out, df.to_parquet(index=False))
+
+
+def _run_dataset(args) -> int:
+    """``btb replay --dataset DIR ...``: the experiment of :mod:`btb_core.experiment`."""
+    import pandas as pd
+
+    from ..experiment import run_experiment
+    from ..routers import parse_router_params, policy_class, router_params
+
+    schedulers = ("prefill_first", "chunked") if args.scheduler == "both" else (args.scheduler,)
+    params = {}
+    if args.router_param:
+        used = set()
+        for p in args.policy:
+            cls = policy_class(p)
+            names = {rp.name for rp in router_params(cls)}
+            mine = [kv for kv in args.router_param
+                    if kv.split("=", 1)[0].strip().replace("-", "_") in names]
+            used.update(mine)
+            params[p] = parse_router_params(cls, mine)
+        unused = [kv for kv in args.router_param if kv not in used]
+        if unused:
+            raise ConfigError(f"--router-param {unused[0]!r} is not a parameter of any of the policies "
+                              f"{', '.join(args.policy)}")
+    res = run_experiment(args.dataset, args.split, tuple(args.policy), tuple(args.setup), schedulers,
+                         replicas=args.replicas, seed=args.seed, router_params=params,
+                         max_windows=args.max_windows, continuous=args.continuous,
+                         progress=not args.json, attention=not args.linear)
+    if args.out is not None:
+        _write_parquet(res.requests, args.out, args.overwrite)
+    if args.json:
+        print(json.dumps({"results": jsonable(res.results.to_dict("records"))}, indent=2))
+    else:
+        cols = ["setup", "scheduler", "policy", "dataset", "requests", "ttft_mean_s", "ttft_p50_s",
+                "ttft_p95_s", "ttft_p99_s", "speedup_vs_cache_aware", "rdma_copies", "copies_unused",
+                "recomputed_prefill_tokens"]
+        with pd.option_context("display.width", 200, "display.max_columns", 20):
+            print(res.results[[c for c in cols if c in res.results]].to_string(index=False, float_format="%.3f"))
+        if "continuous" in res.info:
+            print("\ncontinuous run:")
+            print(res.info["continuous"][["setup", "scheduler", "policy", "ttft_mean_s", "ttft_p95_s"]]
+                  .to_string(index=False, float_format="%.3f"))
+    return 0
 
 
 def run(args) -> int:
     if args.max_windows is not None and args.max_windows < 1:
         raise ConfigError(f"--max-windows {args.max_windows}: must be >= 1 (omit it for every window)")
     if args.dataset is not None:
-        from ..experiment import run_cli
-
-        return run_cli(args)
+        return _run_dataset(args)
     if len(args.policy) != 1 or len(args.setup) != 1:
         raise ConfigError("--trace mode takes one --policy and one --setup")
     if args.scheduler == "both":
@@ -114,7 +137,7 @@ def run(args) -> int:
     if args.out is not None:
         _write_parquet(result.requests, args.out, args.overwrite)
     if args.json:
-        print(json.dumps({k: _clean(v) for k, v in metrics.items()}, indent=2))
+        print(json.dumps(jsonable(metrics), indent=2))
     else:
         width = max(len(k) for k in metrics)
         for k, v in metrics.items():

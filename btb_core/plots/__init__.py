@@ -7,11 +7,11 @@ from the simulator. Notebooks call them and save the result with :func:`save_cha
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import altair as alt
 
+from ..fileio import atomic_write_bytes
 from ..paths import figures_dir
 
 # Our builders thin their data themselves; a long timeline may still exceed altair's default cap.
@@ -23,16 +23,15 @@ if os.environ.get("BTB_CHART_RENDERER"):
     alt.renderers.enable(os.environ["BTB_CHART_RENDERER"])
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+#: Fixed policy order so every chart reads the same way.
+POLICY_ORDER = ["round_robin", "random", "power_of_two", "least_load", "cache_aware", "kv_aware",
+                "llm_d", "btb"]
+
+
+def policy_order(policies) -> list[str]:
+    """The distinct ``policies`` present, in :data:`POLICY_ORDER` (unknown ones last)."""
+    present = list(dict.fromkeys(policies))
+    return [p for p in POLICY_ORDER if p in present] + [p for p in present if p not in POLICY_ORDER]
 
 
 def save_chart(chart: alt.TopLevelMixin, stem: str, directory: Path | None = None,
@@ -61,9 +60,9 @@ def save_chart(chart: alt.TopLevelMixin, stem: str, directory: Path | None = Non
     spec = chart.to_json()
     png = directory / f"{stem}.png"
     svg = directory / f"{stem}.svg"
-    _atomic_write(png, vlc.vegalite_to_png(spec, scale=scale))
-    _atomic_write(svg, vlc.vegalite_to_svg(spec).encode())
+    atomic_write_bytes(png, vlc.vegalite_to_png(spec, scale=scale))
+    atomic_write_bytes(svg, vlc.vegalite_to_svg(spec).encode())
     return [png, svg]
 
 
-__all__ = ["save_chart"]
+__all__ = ["POLICY_ORDER", "policy_order", "save_chart"]

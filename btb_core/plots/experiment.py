@@ -6,13 +6,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-POLICY_ORDER = ["round_robin", "random", "power_of_two", "least_load", "cache_aware", "kv_aware",
-                "llm_d", "btb"]
-
-
-def _order(policies) -> list[str]:
-    present = list(dict.fromkeys(policies))
-    return [p for p in POLICY_ORDER if p in present] + [p for p in present if p not in POLICY_ORDER]
+from . import policy_order
 
 
 def ttft_by_policy(results: pd.DataFrame, dataset: str = "bursted") -> alt.Chart:
@@ -22,7 +16,7 @@ def ttft_by_policy(results: pd.DataFrame, dataset: str = "bursted") -> alt.Chart
                    var_name="statistic", value_name="ttft_s")
     long["statistic"] = long["statistic"].map({"ttft_mean_s": "mean", "ttft_p95_s": "p95"})
     return alt.Chart(long).mark_bar().encode(
-        x=alt.X("policy:N", sort=_order(long["policy"]), title=None),
+        x=alt.X("policy:N", sort=policy_order(long["policy"]), title=None),
         xOffset="statistic:N",
         y=alt.Y("ttft_s:Q", title="TTFT (s)"),
         color=alt.Color("statistic:N", title="TTFT"),
@@ -40,7 +34,7 @@ def speedup_bars(results: pd.DataFrame) -> alt.Chart:
     df = results[results["policy"] != "cache_aware"].copy()
     df["one"] = 1.0
     enc = dict(
-        y=alt.Y("policy:N", sort=_order(df["policy"]), title=None),
+        y=alt.Y("policy:N", sort=policy_order(df["policy"]), title=None),
         yOffset=alt.YOffset("dataset:N"),
         color=alt.Color("dataset:N", title="windows"),
         tooltip=["setup", "scheduler", "policy", "dataset",
@@ -72,7 +66,7 @@ def ttft_cdf(requests: pd.DataFrame, title: str = "TTFT CDF") -> alt.Chart:
     return alt.Chart(df).mark_line(interpolate="step-after").encode(
         x=alt.X("ttft_s:Q", scale=alt.Scale(type="log"), title="TTFT (s, log)"),
         y=alt.Y("fraction:Q", title="fraction of requests"),
-        color=alt.Color("policy:N", sort=_order(df["policy"])),
+        color=alt.Color("policy:N", sort=policy_order(df["policy"])),
     ).properties(width=420, height=260, title=title)
 
 
@@ -81,7 +75,7 @@ def control_chart(results: pd.DataFrame) -> alt.Chart:
     df = results[(results["dataset"] == "normal") & (results["policy"] != "cache_aware")].copy()
     df["change_pct"] = 100 * df["ttft_mean_change_vs_cache_aware"]
     return alt.Chart(df).mark_bar().encode(
-        y=alt.Y("policy:N", sort=_order(df["policy"]), title=None),
+        y=alt.Y("policy:N", sort=policy_order(df["policy"]), title=None),
         x=alt.X("change_pct:Q", title="TTFT change (%)"),
         color=alt.condition("datum.change_pct > 0", alt.value("#c44e52"), alt.value("#4c72b0")),
         tooltip=["setup", "scheduler", "policy", alt.Tooltip("change_pct:Q", format=".2f")],

@@ -14,16 +14,11 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-#: Fixed policy order and colours so every chart reads the same way.
-POLICY_ORDER = ["round_robin", "random", "power_of_two", "least_load", "cache_aware", "kv_aware",
-                "llm_d", "btb"]
+from . import policy_order
+
+#: Copy states and their colours in the warm-copy frames.
 COPY_STATES = ["none", "source", "in flight", "landed"]
 COPY_COLORS = ["#bdbdbd", "#264653", "#f2a541", "#2a9d8f"]
-
-
-def _policies(df: pd.DataFrame) -> list[str]:
-    present = list(dict.fromkeys(df["policy"]))
-    return [p for p in POLICY_ORDER if p in present] + [p for p in present if p not in POLICY_ORDER]
 
 
 def ttft_bars(summary: pd.DataFrame,
@@ -35,7 +30,7 @@ def ttft_bars(summary: pd.DataFrame,
     summary : DataFrame
         Columns ``scenario, policy, ttft_mean_s, recomputed_prefill_tokens``.
     """
-    order = _policies(summary)
+    order = policy_order(summary["policy"])
     base = alt.Chart(summary).encode(
         x=alt.X("policy:N", sort=order, title=None, axis=alt.Axis(labelAngle=-30)),
         color=alt.Color("policy:N", sort=order, legend=None),
@@ -65,7 +60,7 @@ def queue_timelines(series: pd.DataFrame, title: str = "Waiting queue per replic
         Columns ``time_s, replica, queue_length, policy`` (optionally ``scenario``, used in the
         title only when a single one is present).
     """
-    order = _policies(series)
+    order = policy_order(series["policy"])
     return alt.Chart(series).mark_line(interpolate="step-after", strokeWidth=1.5).encode(
         x=alt.X("time_s:Q", title="time (s)"),
         y=alt.Y("queue_length:Q", title="waiting requests"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import ConfigError
 from .base import ClusterView, Router
 from .btb import BTBRouter
 from .cache_aware import CacheAwareRouter
@@ -26,14 +27,18 @@ POLICIES: dict[str, type[Router]] = {
 }
 
 
-def make_router(name: str, **params) -> Router:
-    """Instantiate the policy ``name`` with constructor ``params``; ``KeyError`` lists valid names."""
+def policy_class(name: str) -> type[Router]:
+    """The router class of policy ``name``; ``ConfigError`` names it and lists the valid ones."""
     try:
-        cls = POLICIES[name]
+        return POLICIES[name]
     except KeyError:
-        raise KeyError(f"unknown policy {name!r}; choose one of {sorted(POLICIES)}") from None
-    return cls(**params)
+        raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(sorted(POLICIES))}") from None
 
 
-__all__ = ["POLICIES", "ClusterView", "Router", "RouterParam", "make_router",
+def make_router(name: str, **params) -> Router:
+    """Instantiate the policy ``name`` with constructor ``params`` (see :func:`policy_class`)."""
+    return policy_class(name)(**params)
+
+
+__all__ = ["POLICIES", "ClusterView", "Router", "RouterParam", "make_router", "policy_class",
            "parse_router_params", "router_params"]
