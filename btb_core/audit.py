@@ -300,10 +300,9 @@ def burstiness(trace: Trace, bin_s: Sequence[float] = DEFAULT_BIN_S) -> pd.DataF
     rows = []
     t = trace.arrival_s
     for b in bin_s:
-        if not b > 0:
-            raise ConfigError(f"bin_s = {b!r}: must be a positive number of seconds")
-        k = np.floor(t / b).astype(np.int64)
-        counts = np.bincount(k - k.min()) if len(k) else np.zeros(1, np.int64)
+        counts = arrival_rate(trace, b)["requests"].to_numpy()  # validates b
+        if not len(counts):
+            counts = np.zeros(1, np.int64)
         mean = counts.mean() / b
         peak = counts.max() / b
         rows.append({"trace": trace.name, "bin_s": float(b), "requests": int(len(t)),

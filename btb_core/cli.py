@@ -21,29 +21,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="btb", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"btb_core.commands.{name}")
-        except ModuleNotFoundError as exc:  # command not built yet
-            if exc.name != f"btb_core.commands.{name}":
-                raise
-            continue
-        module.register(sub)
+        importlib.import_module(f"btb_core.commands.{name}").register(sub)
     return parser
-
-
-def _one_line_warning(message, category, filename, lineno, file=None, line=None):
-    text = f"btb: warning: {message}\n"
-    (file or sys.stderr).write(text)
 
 
 def main(argv: list[str] | None = None) -> int:
     import warnings
 
-    warnings.showwarning = _one_line_warning
+    from .trace import TraceWarning
+
     parser = build_parser()
     args = parser.parse_args(argv)
+
+    def one_line(message, category, filename, lineno, file=None, line=None):
+        (file or sys.stderr).write(f"btb {args.command}: warning: {message}\n")
+
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():  # restores the caller's warning state afterwards
+            warnings.showwarning = one_line
+            warnings.simplefilter("always", TraceWarning)  # one line per trace, even if repeated
+            return int(args.func(args) or 0)
     except (BTBError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
         print(f"btb {args.command}: error: {exc}", file=sys.stderr)
         return 2

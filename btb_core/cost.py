@@ -132,12 +132,6 @@ class CostModel:
         """KV-cache bytes per token (:attr:`ModelSpec.kv_bytes_per_token`)."""
         return self._kv
 
-    def tier_bytes_per_s(self, tier: str) -> float:
-        """Node bandwidth of ``tier`` in B/s. Raises ValueError for an unknown tier."""
-        if tier not in self._tier:
-            raise ConfigError(f"unknown KV tier {tier!r}; valid: {', '.join(TIERS)}")
-        return self._kv / self._tier[tier][1]
-
     # -- compute -----------------------------------------------------------------------------
     def prefill_flops(self, new_tokens: float, cached_tokens: float = 0) -> float:
         """FLOPs to prefill ``new_tokens`` after ``cached_tokens`` already in the KV cache.

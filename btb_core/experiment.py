@@ -72,46 +72,51 @@ def window_kind(window) -> str:
 
 
 @lru_cache(maxsize=4)
-def _load_windows(dataset: str, split: str | None):
+def _load_windows(dataset: str, split: str | None) -> tuple:
+    """``(window_id, kind, Trace)`` for every window of the split, arrivals starting at 0."""
     from .trace import load_bursted
 
-    trace = load_bursted(dataset, split=split)
-    windows = trace.groups("trace_id")
-    return tuple(windows)
+    out = []
+    for w in load_bursted(dataset, split=split).groups("trace_id"):
+        first = float(w.table["arrival_s"].iloc[0])
+        if first != 0.0:  # the generator re-bases windows; other producers may not
+            w = w.window(first, None, rebase=True)
+        out.append((str(w.table["trace_id"].iloc[0]), window_kind(w), w))
+    return tuple(out)
 
 
-def load_windows(dataset, split: str | None = "test", max_windows: int | None = None):
-    """Windows of a Bursted dataset split, as ``(window_id, kind, Trace)`` in dataset order.
-
-    Each window's arrivals start at 0 (the generator re-bases them). Cached per process.
-    """
-    if max_windows is not None and (isinstance(max_windows, bool) or not isinstance(max_windows, int)
-                                    or max_windows < 1):
-        raise ConfigError(f"max_windows = {max_windows!r}: must be an integer >= 1, or None for every window")
+def _dataset_key(dataset) -> str:
     path = Path(dataset)
     if not path.exists():
         raise FileNotFoundError(f"{dataset}: no such Bursted dataset directory")
     if not path.is_dir():
         raise ConfigError(f"{dataset}: expected a Bursted dataset directory (the output of `btb synth`), "
                           f"got a file")
-    windows = _load_windows(str(path.resolve()), split)
-    out = []
-    for w in windows[: max_windows if max_windows else None]:
-        wid = str(w.table["trace_id"].iloc[0])
-        out.append((wid, window_kind(w), _rebased(w)))
+    return str(path.resolve())
+
+
+def load_windows(dataset, split: str | None = "test", max_windows: int | None = None):
+    """Windows of a Bursted dataset split, as ``(window_id, kind, Trace)`` in dataset order.
+
+    Each window's arrivals start at 0. Loaded once per process (cached).
+    """
+    if max_windows is not None and (isinstance(max_windows, bool) or not isinstance(max_windows, int)
+                                    or max_windows < 1):
+        raise ConfigError(f"max_windows = {max_windows!r}: must be an integer >= 1, or None for every window")
+    out = list(_load_windows(_dataset_key(dataset), split)[:max_windows])
     if not out:
         raise ConfigError(f"{dataset}: split {split!r} has no windows")
     return out
 
 
-def _rebased(w):
-    first = float(w.table["arrival_s"].iloc[0])
-    if first == 0.0 or not hasattr(w, "window"):
-        return w
-    try:
-        return w.window(first, None, rebase=True)
-    except TypeError:
-        return w
+@lru_cache(maxsize=4)
+def _windows_by_id(dataset: str, split: str | None) -> dict:
+    return {wid: (kind, tr) for wid, kind, tr in _load_windows(dataset, split)}
+
+
+def window_by_id(dataset, split: str | None, window_id: str):
+    """``(kind, Trace)`` of one window (for workers that replay a single cell)."""
+    return _windows_by_id(_dataset_key(dataset), split)[window_id]
 
 
 # ------------------------------------------------------------------ one cell
@@ -157,11 +162,12 @@ def run_cell(cell: Cell, window_trace, with_requests: bool = True) -> dict:
 def row_kinds(window) -> np.ndarray:
     """Per-row kind from the Bursted ``metadata`` JSON (``base``, ``background``, ``job``,
     ``decoy``...), in trace order; ``"unknown"`` where a row has none."""
+    from .synth import row_kinds as kinds
+
     tab = window.table
     if "metadata" not in tab.columns:
         return np.full(len(tab), "unknown", dtype=object)
-    kinds = tab["metadata"].astype(str).str.extract(r'"row_kind"\s*:\s*"([^"]+)"', expand=False)
-    return kinds.fillna("unknown").to_numpy(dtype=object)
+    return kinds(tab).to_numpy(dtype=object)
 
 
 def background_control(result: "ExperimentResult") -> pd.DataFrame:
@@ -248,8 +254,7 @@ def pool(requests: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
 def _cell_job(args):
     """Worker entry point (process pool / Dask): load the window in the worker, replay it."""
     cell, dataset, split = args
-    windows = {wid: (kind, tr) for wid, kind, tr in load_windows(dataset, split)}
-    kind, tr = windows[cell.window]
+    kind, tr = window_by_id(dataset, split, cell.window)
     out = run_cell(cell, tr)
     return cell, kind, out
 

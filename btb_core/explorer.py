@@ -6,9 +6,9 @@ ipywidgets sliders of notebook 05 and a headless papermill run draw from the sam
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from .errors import ConfigError
@@ -43,13 +43,9 @@ def scale_arrivals(window, arrival_scale: float):
         raise ConfigError(f"arrival_scale must be > 0, got {arrival_scale!r}")
     if arrival_scale == 1.0:
         return window
-    from .trace import make_trace
-
-    t = window.table
-    return make_trace(t["arrival_s"].to_numpy() / arrival_scale, t["input_length"].to_numpy(),
-                      t["output_length"].to_numpy(),
-                      [window.row_hash_ids(i) for i in range(len(window))],
-                      block_tokens=window.block_tokens, name=f"{window.name}x{arrival_scale:g}")
+    # same rows and interned ids; only the clock changes (order is preserved)
+    table = window.table.assign(arrival_s=window.table["arrival_s"] / arrival_scale)
+    return dataclasses.replace(window, table=table, name=f"{window.name}x{arrival_scale:g}")
 
 
 def explore(window, x_repeats: int = 2, y_tokens: int = 65_536, z_s: float = 1.0, m_replicas: int = 4,
@@ -108,4 +104,4 @@ def pick_window(windows, kind: str = "synthetic", index: int = 0):
     return chosen[min(index, len(chosen) - 1)]
 
 
-__all__ = ["Exploration", "explore", "pick_window", "scale_arrivals", "np"]
+__all__ = ["Exploration", "explore", "pick_window", "scale_arrivals"]

@@ -43,7 +43,7 @@ import pandas as pd
 
 from .errors import ConfigError
 from .fileio import atomic_write_bytes
-from .experiment import BASELINE_POLICY, Cell, check_names, load_windows, run_cell
+from .experiment import BASELINE_POLICY, Cell, check_names, load_windows, run_cell, window_by_id
 
 #: Fields a grid file may have.
 GRID_KEYS = frozenset({"dataset", "split", "max_windows", "setups", "schedulers", "replicas", "seed",
@@ -160,9 +160,8 @@ def cell_id(cell: Cell) -> str:
 
 
 def _sweep_job(args):
-    cell, dataset, split, max_windows = args
-    kinds = {wid: (kind, tr) for wid, kind, tr in load_windows(dataset, split, max_windows)}
-    kind, tr = kinds[cell.window]
+    cell, dataset, split = args
+    kind, tr = window_by_id(dataset, split, cell.window)
     m = run_cell(cell, tr, with_requests=False)["metrics"]
     row = {"cell": cell_id(cell), "key": cell.key(), "setup": cell.setup, "scheduler": cell.scheduler,
            "replicas": cell.replicas, "policy": cell.policy,
@@ -229,7 +228,7 @@ def run_sweep(grid: Grid, executor: str = "serial", workers: int = 2,
     pending = [c for c in cells if cell_id(c) not in finished]
     if limit is not None:
         pending = pending[:limit]
-    jobs = [(c, grid.dataset, grid.split, grid.max_windows) for c in pending]
+    jobs = [(c, grid.dataset, grid.split) for c in pending]
     bar = None
     if progress or (progress is None and sys.stderr.isatty()):
         from tqdm.auto import tqdm

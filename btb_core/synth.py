@@ -971,8 +971,14 @@ def dataset_card(ds: BurstedDataset, manifest: dict) -> str:
 
 
 def row_kinds(table: pd.DataFrame) -> pd.Series:
-    """``metadata.row_kind`` of every row (base, background, job, decoy)."""
-    return table["metadata"].map(lambda m: json.loads(m)["row_kind"])
+    """``metadata.row_kind`` of every row (base, background, job, decoy; ``"unknown"`` where a row
+    has none). ``metadata`` may hold JSON strings or dicts."""
+    def kind(m):
+        if isinstance(m, str):
+            m = json.loads(m)
+        return m.get("row_kind", "unknown") if isinstance(m, dict) else "unknown"
+
+    return table["metadata"].map(kind)
 
 
 def arrivals_per_second(table: pd.DataFrame, trace_ids: list[str], bin_s: float = 1.0) -> pd.DataFrame:

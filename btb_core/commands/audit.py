@@ -13,15 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
-import warnings
 
 import pandas as pd
 
 from ..audit import DEFAULT_BIN_S, DEFAULT_DEPTH_TOKENS, DEFAULT_WINDOW_S, burstiness, fanout_table
 from ..errors import ConfigError
 from ..fileio import jsonable
-from ..trace import FORMATS, TraceWarning, load_trace
+from ..trace import FORMATS, load_trace
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -67,11 +65,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--block-tokens must be positive, got {args.block_tokens}")
     traces, paths = [], []
     for path in args.paths:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", TraceWarning)
-            tr = load_trace(path, fmt=args.fmt, block_tokens=args.block_tokens, strict=args.strict)
-        for w in caught:
-            print(f"btb audit: warning: {w.message}", file=sys.stderr)
+        tr = load_trace(path, fmt=args.fmt, block_tokens=args.block_tokens, strict=args.strict)
         traces.append(tr)
         paths.append(str(path))
     fan = fanout_table(traces, args.depth_tokens, args.window_s, (bool(args.exclude_sessions),))

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
-import warnings
 
 from ..errors import ConfigError
 from ..synth import DEFAULT_BASE, PRESETS, SPLITS, SynthConfig, generate, load_base, preset, \
     push_to_hub, write
-from ..trace import FORMATS, TraceWarning
+from ..trace import FORMATS
 
 #: CLI flag -> (SynthConfig field, type, help).
 _OVERRIDES = {
@@ -118,12 +116,8 @@ def run(args: argparse.Namespace) -> int:
     if args.push_to_hub is not None and "/" not in args.push_to_hub:
         raise ConfigError(f"--push-to-hub {args.push_to_hub!r}: must be a Hub dataset id "
                           f"'owner/name'")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", TraceWarning)
-        base, info = load_base(args.base, fmt=args.fmt, block_tokens=args.block_tokens,
-                               max_rows=args.max_rows)
-    for w in caught:
-        print(f"btb synth: warning: {w.message}", file=sys.stderr)
+    base, info = load_base(args.base, fmt=args.fmt, block_tokens=args.block_tokens,
+                           max_rows=args.max_rows)
     import numpy as np
 
     try:
