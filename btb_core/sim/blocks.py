@@ -35,6 +35,25 @@ def locate(lens, pos: int) -> tuple[int, int]:
     return k, pos
 
 
+def path_spans(starts, lens, a: int, b: int) -> list[tuple[int, int, int]]:
+    """The path's blocks ``[a, b)`` as ``(run, lo, hi)`` spans of its pieces, in path order: piece
+    ``k`` contributes offsets ``[lo, hi)`` of run ``starts[k]``."""
+    if lens and b <= lens[0]:  # the common case on the hot path: the range lies in the first piece
+        return [(starts[0], a, b)] if a < b else []
+    out = []
+    pos = 0
+    for k in range(len(starts)):
+        ln = lens[k]
+        if pos + ln <= a:
+            pos += ln
+            continue
+        if pos >= b:
+            break
+        out.append((starts[k], a - pos if a > pos else 0, b - pos if b - pos < ln else ln))
+        pos += ln
+    return out
+
+
 class BlockIndex:
     """Parents, run starts and per-row pieces of a trace's chained ids.
 

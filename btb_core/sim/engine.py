@@ -240,14 +240,16 @@ class Simulator:
         replicas = self.replicas
         bar = self._progress_bar(n)
         i = 0
+        events = 0
         inf = float("inf")
+        q_time, q_replica, q_len = self.queue_samples
         while True:
             next_arrival = arrival_l[i] if i < n else inf
             if heap and (heap[0][0] < next_arrival
                          or (heap[0][0] == next_arrival and heap[0][1] < _ARRIVAL)):
                 t, prio, _, obj, token = heapq.heappop(heap)
                 self.now = t
-                self.events += 1
+                events += 1
                 if prio == _OP:
                     if token == obj.op_token and obj.busy:
                         self._op_done(obj)
@@ -262,7 +264,7 @@ class Simulator:
                 break
             # arrival
             self.now = next_arrival
-            self.events += 1
+            events += 1
             job = jobs[i]
             i += 1
             if bar is not None and (i & 1023) == 0:
@@ -275,7 +277,9 @@ class Simulator:
             rep = replicas[r]
             job.replica = r
             rep.waiting.append(job)
-            self._sample_queue(rep)
+            q_time.append(next_arrival)
+            q_replica.append(r)
+            q_len.append(len(rep.waiting))
             if not rep.busy:
                 if rep.kick_pending:
                     pass
@@ -287,6 +291,7 @@ class Simulator:
                     self._plan(rep)
             elif rep.op_kind == "stretch":
                 self._cut_stretch(rep)
+        self.events = events
         if bar is not None:
             bar.update(n - bar.n)
             bar.close()

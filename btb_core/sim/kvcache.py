@@ -39,7 +39,7 @@ Paths are passed as ``(starts, lens)``: the run start ids and lengths of the pat
 
 from __future__ import annotations
 
-from .blocks import locate
+from .blocks import locate, path_spans
 
 
 class _Span:
@@ -452,17 +452,7 @@ class KVCache:
     def _pin_hbm(self, starts, lens, a: int, b: int) -> None:
         """A holder that holds path blocks ``[0, a)`` also pins ``[a, b)``, all in HBM."""
         pin, lru = self.pin_len, self.lru
-        pos = 0
-        for k in range(len(starts)):
-            ln = lens[k]
-            if pos + ln <= a:
-                pos += ln
-                continue
-            if pos >= b:
-                break
-            run = starts[k]
-            old = a - pos if a > pos else 0
-            new = b - pos if b - pos < ln else ln
+        for run, old, new in path_spans(starts, lens, a, b):
             self._hold(run, old, new)
             p = pin.get(run, 0)
             if new > p:
@@ -470,7 +460,6 @@ class KVCache:
                 lru.remove_range(run, lo, new)
                 self.used_slots += new - lo
                 pin[run] = new
-            pos += ln
 
     # ------------------------------------------------------------------ request lifecycle
     def pin_prefix(self, starts, lens, n_hbm: int, n_lower: int) -> None:
@@ -482,23 +471,11 @@ class KVCache:
         if n_hbm:
             self._pin_hbm(starts, lens, 0, n_hbm)
         if n_lower:
-            m = n_hbm + n_lower
+            pieces = path_spans(starts, lens, n_hbm, n_hbm + n_lower)
             dram = self.dram
-            pieces = []
-            pos = 0
-            for k in range(len(starts)):
-                ln = lens[k]
-                if pos + ln <= n_hbm:
-                    pos += ln
-                    continue
-                if pos >= m:
-                    break
-                old = n_hbm - pos if n_hbm > pos else 0
-                new = m - pos if m - pos < ln else ln
-                pieces.append((starts[k], old, new))
-                if dram.size:
-                    dram.remove_range(starts[k], old, new)
-                pos += ln
+            if dram.size:
+                for run, old, new in pieces:
+                    dram.remove_range(run, old, new)
             self.make_room(n_lower)  # checked by the caller
             pin, hbm = self.pin_len, self.hbm_len
             for run, old, new in pieces:
@@ -524,17 +501,7 @@ class KVCache:
         Returns the number of private slots converted or freed (``stop - start``).
         """
         pin, hbm, lru, dram = self.pin_len, self.hbm_len, self.lru, self.dram
-        pos = 0
-        for k in range(len(starts)):
-            ln = lens[k]
-            if pos + ln <= start:
-                pos += ln
-                continue
-            if pos >= stop:
-                break
-            run = starts[k]
-            old = start - pos if start > pos else 0
-            new = stop - pos if stop - pos < ln else ln
+        for run, old, new in path_spans(starts, lens, start, stop):
             self._hold(run, old, new)          # the holder's length on this run: old -> new
             p = pin.get(run, 0)
             if p > old:                        # [old, min(new, p)) was pinned by others: share it
@@ -549,7 +516,6 @@ class KVCache:
                 pin[run] = new
                 if new > h:
                     hbm[run] = new
-            pos += ln
         return stop - start
 
     def release(self, starts, lens, pinned: int, private: int) -> None:
@@ -587,27 +553,13 @@ class KVCache:
         fit = min(n, self.capacity_blocks - self.used_slots)
         if missing > room:
             # evict old LRU blocks (never the ones we are about to touch)
-            touch = {}
-            pos = 0
-            for k in range(len(starts)):
-                if pos >= fit:
-                    break
-                touch[starts[k]] = fit - pos if fit - pos < lens[k] else lens[k]
-                pos += lens[k]
+            touch = {run: hi for run, _, hi in path_spans(starts, lens, 0, fit)}
             self._evict_untouched(missing - room, touch)
         slots_left = self.capacity_blocks - self.used_slots - self.lru.size
         landed = fit if fit <= h else min(fit, h + slots_left)
         pin, hbm, lru, dram = self.pin_len, self.hbm_len, self.lru, self.dram
         # insert deepest first so children are evicted before parents
-        ends = []
-        pos = 0
-        for k in range(len(starts)):
-            if pos >= landed:
-                break
-            ends.append(landed - pos if landed - pos < lens[k] else lens[k])
-            pos += lens[k]
-        for k in range(len(ends) - 1, -1, -1):
-            run, c = starts[k], ends[k]
+        for run, _, c in reversed(path_spans(starts, lens, 0, landed)):
             p = pin.get(run, 0)
             if c <= p:
                 continue
