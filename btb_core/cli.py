@@ -14,7 +14,7 @@ import sys
 
 from .errors import BTBError
 
-COMMANDS = ("cost", "audit", "synth", "replay", "sweep")
+COMMANDS = ("cost", "audit", "synth", "replay", "sweep", "suite")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,6 +19,19 @@ Rule (``DESIGN.md`` sections 1 and 5, issue 5), per arrival:
    :class:`~btb_core.routers.cache_aware.CacheAwareRouter`. Every decision, whichever branch made
    it, is recorded in that router's prefix tree and in-flight loads, so its picture stays right.
 
+What the literal rule does, and does not do (each pinned by ``tests/test_btb_literal.py``;
+``btb`` is kept as the seed's rule for reproduction, issue 10; :mod:`btb_core.routers.btb_adaptive`
+is the policy that needs no tuning):
+
+- a burst is detected only when requests share at least ``Y`` tokens: with the default ``Y =
+  65,536`` a burst sharing 32,768 tokens makes no copy and the run equals ``cache_aware``;
+- exactly ``Y`` blocks are copied: a longer shared prefix is recomputed past block ``Y`` on every
+  warm replica;
+- at most ``M`` copies per prefix per run: a later burst of the same prefix starts no new copy,
+  even if the earlier copies were evicted;
+- a copy is started whatever its predicted landing time or the destination's free HBM, and warm
+  ties go to the lower replica index.
+
 Load is the in-flight request count this router dispatched (shared with the contained router).
 Defaults are the reference study's: ``X = 2``, ``Y = 65,536`` tokens (``65536 // block_tokens``
 blocks), ``Z = 1 s``, ``M = 4``.

@@ -1,0 +1,42 @@
+"""``btb suite``: every routing policy on every burst shape of :mod:`btb_core.suite`."""
+
+from __future__ import annotations
+
+import json
+
+from ..fileio import jsonable
+
+
+def register(sub) -> None:
+    p = sub.add_parser("suite", help="run every policy on every burst shape; ratio to the best per shape",
+                       description="Replay each policy on each shape of the burst-shape suite "
+                                   "(btb_core.suite.SHAPES) with default parameters and print mean / "
+                                   "p95 TTFT, copies, unused copies and the ratio to the best policy "
+                                   "of each shape.")
+    p.add_argument("--policies", nargs="+", default=None, metavar="POLICY",
+                   help="policies to run (default: every policy)")
+    p.add_argument("--shapes", nargs="+", default=None, metavar="SHAPE",
+                   help="shapes to run (default: the whole suite)")
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="multiply every shape's duration (fewer requests at the same rates; default 1)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..errors import ConfigError
+    from ..suite import run_suite, shapes
+
+    if not args.scale > 0:
+        raise ConfigError(f"--scale {args.scale!r}: must be > 0")
+    summary = run_suite(args.policies, shapes(args.shapes, args.scale), seed=args.seed,
+                        workers=args.workers)
+    if args.json:
+        print(json.dumps(jsonable(summary.to_dict(orient="records")), indent=1))
+        return 0
+    cols = ["shape", "policy", "requests", "ttft_mean_s", "ttft_p95_s", "copies", "copies_unused",
+            "mean_ratio", "p95_ratio"]
+    print(summary[cols].to_string(index=False, float_format="%.3f"))
+    return 0

@@ -1,0 +1,86 @@
+"""The burst-shape suite (issue 10, item 3): shapes build as described; `btb suite` prints its table."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from btb_core.cli import main
+from btb_core.errors import ConfigError
+from btb_core.suite import SHAPES, BurstJob, Shape, run_suite, shapes, summarize
+
+
+def test_suite_covers_the_issue_axes():
+    prefixes = {j.prefix_tokens for s in SHAPES for j in s.jobs}
+    rates = {j.rate_per_s for s in SHAPES for j in s.jobs}
+    assert min(prefixes) == 4096 and max(prefixes) == 131_072
+    assert min(rates) == 1.0 and max(rates) == 20.0
+    assert {s.replicas for s in SHAPES} >= {4, 8, 16}
+    assert any(s.background_rate_per_s > 0 for s in SHAPES)
+    assert max(len(s.jobs) for s in SHAPES) == 3
+    assert any(s.decoys for s in SHAPES) and any(s.sessions for s in SHAPES)
+    assert any(j.output_tokens >= 256 for s in SHAPES for j in s.jobs)
+    assert "trickle" in {s.name for s in SHAPES}
+    assert len({s.name for s in SHAPES}) == len(SHAPES)
+
+
+def test_shape_build_is_seeded_and_shares_prefixes_as_described():
+    s = Shape("t", "test", (BurstJob(4096, 10.0, 2.0), BurstJob(8192, 5.0, 2.0, start_s=1.0)),
+              background_rate_per_s=5.0, decoys=2, decoy_repeats=3, sessions=2, session_turns=3,
+              span_s=4.0)
+    a, b = s.build(1), s.build(1)
+    assert a.table["arrival_s"].tolist() == b.table["arrival_s"].tolist()
+    assert s.build(2).table["arrival_s"].tolist() != a.table["arrival_s"].tolist()
+    tab = a.table
+    src = tab["source"]
+    assert np.all(np.diff(tab["arrival_s"]) >= 0)
+    job0 = tab[src == "job0"]
+    first8 = {tuple(h[:8]) for h in job0["hash_ids"]}
+    assert len(first8) == 1                                     # one 4096-token prefix
+    assert len({h[8] for h in job0["hash_ids"]}) == len(job0)   # own suffix each
+    assert (src == "decoy").sum() == 6
+    sess = tab[src == "session"]
+    assert len(sess) == 6 and sorted(set(sess["input_length"])) == [6144, 8192, 10240]
+    bg = tab[src == "background"]
+    assert bg["input_length"].between(1024, 8192).all()
+
+
+def test_shape_validation_and_unknown_names():
+    with pytest.raises(ConfigError, match="prefix_tokens=1000"):
+        Shape("bad", "x", (BurstJob(1000, 1.0, 1.0),))
+    with pytest.raises(ConfigError, match="sends no request"):
+        Shape("empty", "x")
+    with pytest.raises(ConfigError, match="unknown shape"):
+        shapes(["nope"])
+    assert shapes(["p32k"], scale=0.5)[0].jobs[0].duration_s == 10.0
+
+
+def test_summarize_ratios_to_best():
+    import pandas as pd
+
+    rows = pd.DataFrame({"shape": ["a", "a", "b", "b"], "policy": ["x", "y", "x", "y"],
+                         "requests": 1, "ttft_mean_s": [1.0, 2.0, 3.0, 1.5],
+                         "ttft_p95_s": [2.0, 2.0, 4.0, 8.0], "copies": [0, 4, 0, 0],
+                         "copies_unused": [0, 1, 0, 0]})
+    s = summarize(rows).set_index(["shape", "policy"])
+    assert s.loc[("a", "y"), "mean_ratio"] == 2.0 and s.loc[("b", "x"), "mean_ratio"] == 2.0
+    assert s.loc[("a", "x"), "mean_vs_best_other"] == 0.5
+    assert s.loc[("b", "y"), "p95_ratio"] == 2.0
+    assert s.loc[("a", "y"), "unused_share"] == 0.25
+
+
+def test_run_suite_small_and_cli(capsys):
+    small = shapes(["p32k", "trickle"], scale=0.25)
+    out = run_suite(["least_load", "btb"], small, progress=False)
+    assert set(out["shape"]) == {"p32k", "trickle"} and len(out) == 4
+    assert (out.groupby("shape")["mean_ratio"].min() == 1.0).all()
+    assert main(["suite", "--policies", "least_load", "cache_aware", "--shapes", "p16k",
+                 "--scale", "0.2", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["policy"] for r in rows} == {"least_load", "cache_aware"}
+    assert main(["suite", "--policies", "least_load", "--shapes", "p16k", "--scale", "0.2"]) == 0
+    assert "mean_ratio" in capsys.readouterr().out
+    assert main(["suite", "--policies", "nope"]) == 2
+    assert "unknown policy" in capsys.readouterr().err
