@@ -48,7 +48,7 @@ AZURE_BLOCK_TOKENS = 512
 #: Required columns of a trace table, in order.
 CORE_COLUMNS = ("request_id", "arrival_s", "input_length", "output_length", "hash_ids")
 #: Optional columns, in canonical order after the core ones (kept as given).
-OPTIONAL_COLUMNS = ("session_id", "group_id", "source", "trace_id", "split", "metadata")
+OPTIONAL_COLUMNS = ("session_id", "turn", "group_id", "source", "trace_id", "split", "metadata")
 
 _AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
@@ -73,8 +73,8 @@ class Trace:
         the trace start, ascending; for a grouped trace ascending within each group),
         ``input_length`` (int64, tokens), ``output_length`` (int64, tokens), ``hash_ids`` (object:
         each a read-only int32 numpy view into :attr:`hash_flat`), then the optional
-        ``session_id``, ``group_id``, ``source``, ``trace_id``, ``split``, ``metadata`` and any
-        extra source columns, kept as given.
+        ``session_id``, ``turn`` (see :mod:`btb_core.sessions`), ``group_id``, ``source``,
+        ``trace_id``, ``split``, ``metadata`` and any extra source columns, kept as given.
     block_tokens : int
         Tokens per hash block (Mooncake 512, ART-Chat 256).
     name : str
