@@ -41,8 +41,14 @@ class FakeView:
         self.egress = [0.0] * n
         self.transfers: list[tuple] = []
         self.router = None
+        self.chunk_tokens = 8192
+        self.queued_tokens = [0] * n
+        self.dispatched: list[tuple] = []
 
     def queue_length(self, r): return self.queue[r]
+    def queued_prompt_tokens(self, r): return self.queued_tokens[r]
+    def cached_block_count(self, r): return len(self.cache[r]["hbm"])
+    def dispatch(self, request, r): self.dispatched.append((request.index, r))
     def running(self, r): return self.run[r]
     def kv_usage(self, r): return self.kv[r]
     def active_blocks(self, r): return self.blocks[r]
@@ -99,7 +105,7 @@ def test_params_list_matches_constructor_defaults(name):
             assert sig[p.name].default == p.default, p.name
         else:  # forwarded to the contained cache-aware router
             assert p.name in inspect.signature(CacheAwareRouter.__init__).parameters
-        assert isinstance(p.default, p.type)
+        assert p.default is None or isinstance(p.default, p.type)  # None: an optional parameter
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
@@ -194,7 +200,7 @@ def test_random_is_seeded_and_covers_replicas():
 
 
 def test_power_of_two_takes_the_lighter_of_two():
-    router = PowerOfTwoRouter()
+    router = PowerOfTwoRouter(load="in_flight")
     setup(router, n=2, seed=3)
     router.load.loads[:] = [5, 0]
     assert {router.route(req(i, [i])) for i in range(4)} == {1}
@@ -204,7 +210,7 @@ def test_power_of_two_takes_the_lighter_of_two():
 
 
 def test_power_of_two_never_picks_the_unique_max_when_others_are_idle():
-    router = PowerOfTwoRouter()
+    router = PowerOfTwoRouter(load="in_flight")
     setup(router, n=3, seed=11)
     router.load.loads[:] = [100, 0, 0]
     picks = []
@@ -334,7 +340,7 @@ def test_cache_aware_periodic_eviction_trims_trees():
 
 # -- kv_aware --------------------------------------------------------------------------------------
 def test_kv_aware_logits_closed_form():
-    router = KvAwareRouter()
+    router = KvAwareRouter(active_blocks="engine")
     view = setup(router, n=3)
     view.cache[0]["hbm"].update({1, 2})       # 2 of 4 blocks cached on replica 0
     router._prefill_tokens[:] = [320, 0, 160]  # the router's own book of uncached prefill tokens
@@ -348,11 +354,11 @@ def test_kv_aware_logits_closed_form():
 
 
 def test_kv_aware_overlap_counts_only_hbm_by_default():
-    router = KvAwareRouter()
+    router = KvAwareRouter(active_blocks="engine")
     view = setup(router, n=2)
     view.cache[0]["dram"].update({1, 2})
     assert router.logits(req(0, [1, 2])).tolist() == [4.0, 4.0]
-    router_all = KvAwareRouter(overlap_tiers="hbm,dram")
+    router_all = KvAwareRouter(overlap_tiers="hbm,dram", active_blocks="engine")
     view2 = setup(router_all, n=2)
     view2.cache[0]["dram"].update({1, 2})
     assert router_all.logits(req(0, [1, 2])).tolist() == [0.0, 4.0]
@@ -383,7 +389,7 @@ def test_kv_aware_softmax_probabilities():
 
 
 def test_kv_aware_softmax_sampling_frequencies():
-    router = KvAwareRouter(router_temperature=1.0)
+    router = KvAwareRouter(router_temperature=1.0, active_blocks="engine")
     view = setup(router, n=2, seed=1)
     view.blocks[:] = [0, 10]  # logits differ by 10 -> p0 = 0.731
     picks = []

@@ -26,6 +26,7 @@ class ClusterView(Protocol):
 
     num_replicas: int
     block_tokens: int
+    chunk_tokens: int
     rng: "np.random.Generator"
 
     @property
@@ -37,6 +38,10 @@ class ClusterView(Protocol):
 
     def running(self, replica: int) -> int:
         """Requests admitted and not finished on ``replica`` (prefilling or decoding)."""
+
+    def queued_prompt_tokens(self, replica: int) -> int:
+        """Prompt tokens of the requests waiting on ``replica`` (SGLang's ``get_load`` adds them to
+        the KV tokens in use)."""
 
     def kv_usage(self, replica: int) -> float:
         """Fraction in [0, 1] of the replica's HBM KV budget held by running requests' blocks."""
@@ -50,8 +55,16 @@ class ClusterView(Protocol):
     def active_blocks(self, replica: int) -> int:
         """KV blocks held by requests running on ``replica``."""
 
+    def cached_block_count(self, replica: int) -> int:
+        """Complete blocks in ``replica``'s HBM cache (the size of its tree in a KV-event indexer,
+        Dynamo's ``tree_sizes``)."""
+
     def egress_backlog_s(self, replica: int) -> float:
         """Seconds until ``replica``'s egress NIC is free of queued/active transfers."""
+
+    def dispatch(self, request: "Request", replica: int) -> None:
+        """Send a request the router held back (its :meth:`Router.route` returned None) to
+        ``replica`` now (a router-side queue, as Dynamo's ``router_queue_threshold``)."""
 
     def start_transfer(self, src: int, dst: int, hash_ids: Sequence[int],
                        pause_destination: bool = False) -> int:
@@ -78,8 +91,9 @@ class Router:
         """Called once before the first arrival of a run; keep ``view`` and clear state."""
         self.view = view
 
-    def route(self, request: "Request") -> int:  # pragma: no cover - abstract
-        """Return the replica index in ``[0, view.num_replicas)`` for ``request``."""
+    def route(self, request: "Request") -> int | None:  # pragma: no cover - abstract
+        """Return the replica index in ``[0, view.num_replicas)`` for ``request``, or None to hold
+        it in the router and send it later with :meth:`ClusterView.dispatch`."""
         raise NotImplementedError
 
     def on_prefill_done(self, request: "Request", replica: int) -> None:

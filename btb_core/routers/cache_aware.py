@@ -7,10 +7,19 @@ ships to users, ``sgl-model-gateway/bindings/python/src/sglang_router/router_arg
 ``eviction_interval_secs=120``, ``max_tree_size=2**26``. (The Rust ``CacheAwareConfig::default()``
 in ``policies/mod.rs`` @ 0edb07a1 differs: 0.5 / 32 / 1.1 / 30 s / 10,000; pass those to compare.)
 
+Token-usage thresholds: the gateway's continuation (smg-project/smg
+``model_gateway/src/policies/mod.rs`` ``CacheAwareConfig`` and ``cache_aware.rs``
+``is_imbalanced`` @ 56ad2018) adds two triggers on the KV-cache utilisation the engines report
+(``token_usage``, here ``view.kv_usage``, the fraction of the HBM KV budget held by running
+requests): **overload**, the hottest replica's usage is above ``overload_token_usage_threshold``;
+**KV spread**, hottest minus coldest usage is above ``balance_token_usage_threshold``. Either one
+makes the pool imbalanced, OR'd with the request-count test below. Both default to 1.0 there,
+which disables them (usage never exceeds 1), so the default decision is unchanged.
+
 The decision per request, with ``load`` = in-flight requests this router dispatched:
 
-1. imbalanced iff ``max_load - min_load > balance_abs_threshold`` **and**
-   ``max_load > balance_rel_threshold * min_load``: route to the least-loaded replica;
+1. imbalanced iff a token-usage trigger fires, or ``max_load - min_load > balance_abs_threshold``
+   **and** ``max_load > balance_rel_threshold * min_load``: route to the least-loaded replica;
 2. otherwise find the replica whose tree shares the longest prefix with the prompt; if
    ``match_rate = matched_tokens / prompt_tokens`` is strictly greater than ``cache_threshold``
    route there, else to the least-loaded replica (``miss_policy="least_load"``, current
@@ -65,6 +74,11 @@ class CacheAwareRouter(Router):
         Simulated seconds between tree trims; 0 disables eviction (120, ``router_args.py``).
     max_tree_size : int >= 1
         Tokens kept per replica tree after a trim (2**26, ``router_args.py``; SGLang counts chars).
+    balance_token_usage_threshold : float >= 0
+        Imbalanced when max - min engine KV usage is strictly above this (1.0 = off, smg
+        ``CacheAwareConfig`` @ 56ad2018).
+    overload_token_usage_threshold : float >= 0
+        Imbalanced when any engine's KV usage is strictly above this (1.0 = off, same source).
     miss_policy : {"least_load", "smallest_tree"}
         Where a cache miss goes (current releases / older releases).
     match_mode : {"tree", "kv_events"}
@@ -87,6 +101,10 @@ class CacheAwareRouter(Router):
                     "min load"),
         RouterParam("eviction_interval_s", float, 120.0, "seconds between tree trims (0 = never)"),
         RouterParam("max_tree_size", int, 2 ** 26, "tokens kept per replica tree"),
+        RouterParam("balance_token_usage_threshold", float, 1.0, "imbalance: max - min engine KV "
+                    "usage must exceed this (>= 1 = off)"),
+        RouterParam("overload_token_usage_threshold", float, 1.0, "imbalance: some engine's KV "
+                    "usage exceeds this (>= 1 = off)"),
         RouterParam("miss_policy", str, "least_load", "where a cache miss goes",
                     ("least_load", "smallest_tree")),
         RouterParam("match_mode", str, "tree", "match against own tree or true cache (KV events)",
@@ -96,7 +114,8 @@ class CacheAwareRouter(Router):
 
     def __init__(self, cache_threshold: float = 0.3, balance_abs_threshold: int = 64,
                  balance_rel_threshold: float = 1.5, eviction_interval_s: float = 120.0,
-                 max_tree_size: int = 2 ** 26, miss_policy: str = "least_load",
+                 max_tree_size: int = 2 ** 26, balance_token_usage_threshold: float = 1.0,
+                 overload_token_usage_threshold: float = 1.0, miss_policy: str = "least_load",
                  match_mode: str = "tree", kv_event_tiers: str = "hbm,dram,disk") -> None:
         p = self.name
         check_range(p, "cache_threshold", cache_threshold, 0.0, 1.0)
@@ -104,6 +123,8 @@ class CacheAwareRouter(Router):
         check_range(p, "balance_rel_threshold", balance_rel_threshold, 0.0)
         check_range(p, "eviction_interval_s", eviction_interval_s, 0.0)
         check_range(p, "max_tree_size", max_tree_size, 1, integer=True)
+        check_range(p, "balance_token_usage_threshold", balance_token_usage_threshold, 0.0)
+        check_range(p, "overload_token_usage_threshold", overload_token_usage_threshold, 0.0)
         if miss_policy not in ("least_load", "smallest_tree"):
             raise ConfigError(f"{p}: miss_policy={miss_policy!r} must be 'least_load' or "
                               "'smallest_tree'")
@@ -114,6 +135,11 @@ class CacheAwareRouter(Router):
         self.balance_rel_threshold = float(balance_rel_threshold)
         self.eviction_interval_s = float(eviction_interval_s)
         self.max_tree_size = int(max_tree_size)
+        self.balance_token_usage_threshold = float(balance_token_usage_threshold)
+        self.overload_token_usage_threshold = float(overload_token_usage_threshold)
+        # usage is a fraction in [0, 1]: thresholds >= 1 can never fire, so skip reading it
+        self._usage_triggers = (self.balance_token_usage_threshold < 1.0
+                                or self.overload_token_usage_threshold < 1.0)
         self.miss_policy = miss_policy
         self.match_mode = match_mode
         self.kv_event_tiers = parse_tiers(kv_event_tiers, p, "kv_event_tiers")
@@ -128,7 +154,16 @@ class CacheAwareRouter(Router):
 
     # -- the rule ------------------------------------------------------------------------------
     def is_imbalanced(self) -> bool:
-        """SGLang's imbalance test on the router's in-flight loads (both strict inequalities)."""
+        """SGLang's imbalance test: an engine KV-usage trigger (overload or spread), or the
+        request-count spread of the router's in-flight loads (both strict inequalities)."""
+        if self._usage_triggers:
+            v = self.view
+            usage = [v.kv_usage(r) for r in range(v.num_replicas)]
+            hi_u = max(usage)
+            if hi_u > self.overload_token_usage_threshold:
+                return True
+            if hi_u - min(usage) > self.balance_token_usage_threshold:
+                return True
         loads = self.load.loads
         hi, lo = max(loads), min(loads)
         return (hi - lo) > self.balance_abs_threshold and hi > self.balance_rel_threshold * lo

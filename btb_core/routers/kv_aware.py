@@ -13,14 +13,32 @@ of ``isl`` tokens in ``ceil(isl / block)`` blocks:
   ``overlap_blocks``) and removes it when its prefill completes (``mark_prefill_completed``), so a
   queued request that will hit a cached prefix costs only its uncached tokens
   (``lib/llm/src/kv_router/sequence.rs``, ``scheduler.rs``);
-- ``decode_blocks_w = active blocks on w + request blocks - overlap_w`` (blocks the request would
-  add);
+- ``decode_blocks_w`` = the blocks active on ``w`` plus the request's blocks not already active
+  there. With ``active_blocks="router"`` (default, Dynamo's ``router_track_active_blocks=true``)
+  "active" is the router's own book, as Dynamo's ``ActiveSequences`` keeps it
+  (``lib/llm/src/kv_router/sequence.rs`` @ 581ee33e): when it **selects** a worker it adds the
+  request's full-block hashes to that worker's set of unique active blocks (shared prefix blocks
+  counted once) and removes them when the request finishes, so a request routed but still waiting
+  in the engine's queue already counts. ``active_blocks="engine"`` is this project's earlier rule:
+  the engine's blocks held by running requests (booked only at admission) plus
+  ``ceil(isl / block) - overlap_w``;
 - ``logit_w = overlap_score_weight * prefill_blocks_w + decode_blocks_w`` (lower is better;
   ``overlap_score_weight`` default 1.0, ``--kv-overlap-score-weight`` in the Dynamo docs).
 
-Temperature 0 (``--router-temperature`` default 0.0) takes the minimum logit and breaks ties
-uniformly at random; ``T > 0`` samples from ``softmax(-logit / ((max - min) * T))`` (logits
-normalised by their range; uniform when all are equal). Random draws come from ``view.rng``.
+Temperature 0 (``--router-temperature`` default 0.0) takes the minimum logit. Ties
+(``tie_break="tree_size"``, the default, as ``DefaultWorkerSelector::select_worker`` in
+``lib/kv-router/src/scheduling/selector.rs`` @ ccd1706e): the tied worker whose indexer tree is
+smallest (``view.cached_block_count``, the complete blocks in its HBM cache), and uniformly at random
+when all tied trees are equal (here also among several smallest trees); ``tie_break="random"`` is
+this project's earlier rule (uniform among all tied). ``T > 0`` samples from
+``softmax(-logit / ((max - min) * T))`` (logits normalised by their range; uniform when all are
+equal). Random draws come from ``view.rng``.
+
+Router queue (``router_queue_threshold``, ``KvRouterConfig`` in
+``lib/kv-router/src/scheduling/config.rs`` @ c2f2e1aa, default ``None`` = off): when set, a request
+is held in the router while **every** worker's booked prefill tokens exceed ``threshold x
+max_num_batched_tokens`` (here the cluster's ``chunk_tokens``), and released first come, first
+served, each re-scored at release, when a prefill completes and some worker drops below it.
 """
 
 from __future__ import annotations
@@ -29,6 +47,7 @@ import math
 
 import numpy as np
 
+from ..errors import ConfigError
 from .base import Router
 from .cache_aware import parse_tiers
 from .params import RouterParam, check_range
@@ -42,14 +61,22 @@ class KvAwareRouter(Router):
     overlap_score_weight : float >= 0
         Weight of the prefill term (1.0, Dynamo ``KvRouterConfig`` default).
     router_temperature : float >= 0
-        0 = argmin with seeded random ties; > 0 = softmax sampling (0.0, Dynamo default).
+        0 = argmin; > 0 = softmax sampling (0.0, Dynamo default).
     overlap_tiers : str
         Comma list of cache tiers whose blocks count as overlap (default ``"hbm"``).
+    active_blocks : {"router", "engine"}
+        Decode load from the router's own book of selected requests (Dynamo, default) or from the
+        engine's running requests (earlier releases of this project).
+    tie_break : {"tree_size", "random"}
+        Ties at temperature 0: smaller indexer tree, then random (Dynamo, default); or random.
+    router_queue_threshold : float >= 0 or None
+        Hold requests in the router while every replica's booked prefill tokens exceed this
+        fraction of the cluster's ``chunk_tokens`` (None = off, Dynamo default).
 
     Raises
     ------
     ConfigError
-        On a negative weight or temperature, or an unknown tier.
+        On a negative weight, temperature or threshold, an unknown tier or choice.
     """
 
     name = "kv_aware"
@@ -57,20 +84,57 @@ class KvAwareRouter(Router):
         RouterParam("overlap_score_weight", float, 1.0, "weight of the prefill-blocks term"),
         RouterParam("router_temperature", float, 0.0, "0 = argmin, > 0 = softmax sampling"),
         RouterParam("overlap_tiers", str, "hbm", "cache tiers counted as overlap"),
+        RouterParam("active_blocks", str, "router", "decode load: router's book (booked at "
+                    "selection) or engine (at admission)", ("router", "engine")),
+        RouterParam("tie_break", str, "tree_size", "ties: smaller tree then random, or random",
+                    ("tree_size", "random")),
+        RouterParam("router_queue_threshold", float, None, "hold requests while every replica's "
+                    "booked prefill tokens exceed this x chunk_tokens (none = off)"),
     )
 
     def __init__(self, overlap_score_weight: float = 1.0, router_temperature: float = 0.0,
-                 overlap_tiers: str = "hbm") -> None:
+                 overlap_tiers: str = "hbm", active_blocks: str = "router",
+                 tie_break: str = "tree_size", router_queue_threshold: float | None = None) -> None:
         check_range(self.name, "overlap_score_weight", overlap_score_weight, 0.0)
         check_range(self.name, "router_temperature", router_temperature, 0.0)
+        if active_blocks not in ("router", "engine"):
+            raise ConfigError(f"kv_aware: active_blocks={active_blocks!r} must be 'router' or "
+                              "'engine'")
+        if tie_break not in ("tree_size", "random"):
+            raise ConfigError(f"kv_aware: tie_break={tie_break!r} must be 'tree_size' or 'random'")
+        if router_queue_threshold is not None:
+            check_range(self.name, "router_queue_threshold", router_queue_threshold, 0.0)
         self.overlap_score_weight = float(overlap_score_weight)
         self.router_temperature = float(router_temperature)
         self.overlap_tiers = parse_tiers(overlap_tiers, self.name, "overlap_tiers")
+        self.active_blocks = active_blocks
+        self.tie_break = tie_break
+        self.router_queue_threshold = (None if router_queue_threshold is None
+                                       else float(router_queue_threshold))
 
     def reset(self, view) -> None:
         super().reset(view)
-        self._prefill_tokens = [0] * view.num_replicas   # the router's book of uncached prompt tokens
+        n = view.num_replicas
+        self._prefill_tokens = [0] * n   # the router's book of uncached prompt tokens
         self._booked: dict[int, tuple[int, int]] = {}     # request index -> (replica, tokens booked)
+        self._active: list[dict] = [dict() for _ in range(n)]  # replica -> {block id: refcount}
+        self._active_booked: dict[int, tuple[int, tuple]] = {}  # request index -> (replica, ids)
+        #: Requests held in the router queue (FCFS), when ``router_queue_threshold`` is set.
+        self.queue: list = []
+        self.queued_total = 0
+
+    # -- the cost function ---------------------------------------------------------------------
+    def _book_match(self, replica: int, ids: tuple) -> int:
+        """Leading ``ids`` present in ``replica``'s active book (prefix-closed: binary search)."""
+        held = self._active[replica]
+        lo, hi = 0, len(ids)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if ids[mid - 1] in held:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
     def _costs(self, request) -> tuple[list[float], list[int]]:
         """Per-replica logits (blocks, lower is better) and uncached prompt tokens."""
@@ -80,12 +144,18 @@ class KvAwareRouter(Router):
         ids = request.hash_ids
         req_blocks = math.ceil(isl / bt)
         w = self.overlap_score_weight
+        router_book = self.active_blocks == "router"
+        if router_book:
+            full = tuple(ids[:request.full_blocks])
         logits, uncached = [], []
         for r in range(v.num_replicas):
             overlap = min(v.cached_blocks(r, ids, self.overlap_tiers), req_blocks)
             u = max(0, isl - overlap * bt)
             prefill_blocks = (self._prefill_tokens[r] + u) / bt
-            decode_blocks = v.active_blocks(r) + (req_blocks - overlap)
+            if router_book:
+                decode_blocks = len(self._active[r]) + len(full) - self._book_match(r, full)
+            else:
+                decode_blocks = v.active_blocks(r) + (req_blocks - overlap)
             logits.append(w * prefill_blocks + decode_blocks)
             uncached.append(u)
         return logits, uncached
@@ -93,11 +163,6 @@ class KvAwareRouter(Router):
     def logits(self, request) -> np.ndarray:
         """Per-replica cost, shape ``(num_replicas,)``, in blocks (lower is better)."""
         return np.array(self._costs(request)[0])
-
-    def on_prefill_done(self, request, replica: int) -> None:
-        booked = self._booked.pop(request.index, None)
-        if booked is not None:
-            self._prefill_tokens[booked[0]] -= booked[1]
 
     def probabilities(self, logits: np.ndarray) -> np.ndarray:
         """Dynamo's softmax over range-normalised negated logits at ``router_temperature > 0``."""
@@ -108,21 +173,73 @@ class KvAwareRouter(Router):
         p = np.exp(scaled - scaled.max())
         return p / p.sum()
 
-    def route(self, request) -> int:
-        logits, uncached = self._costs(request)
+    def _break_tie(self, tied: list[int]) -> int:
         rng = self.view.rng
+        if self.tie_break == "tree_size":
+            sizes = [self.view.cached_block_count(r) for r in tied]
+            low = min(sizes)
+            tied = [r for r, s in zip(tied, sizes) if s == low]
+            if len(tied) == 1:
+                return tied[0]
+        return tied[int(rng.integers(len(tied)))]
+
+    def select(self, request) -> int:
+        """Score the replicas, pick one and book the request there (prefill tokens, blocks)."""
+        logits, uncached = self._costs(request)
         if self.router_temperature == 0.0:
             lo = min(logits)
             tied = [r for r, x in enumerate(logits) if x == lo]
-            pick = tied[0] if len(tied) == 1 else tied[int(rng.integers(len(tied)))]
+            pick = tied[0] if len(tied) == 1 else self._break_tie(tied)
         else:
             p = self.probabilities(np.array(logits))
-            u = rng.random()
+            u = self.view.rng.random()
             pick = int(min(np.searchsorted(np.cumsum(p), u, side="left"), len(p) - 1))
         # book the request's uncached tokens on its worker until its prefill completes
         self._prefill_tokens[pick] += uncached[pick]
         self._booked[request.index] = (pick, uncached[pick])
+        if self.active_blocks == "router":
+            full = tuple(request.hash_ids[:request.full_blocks])
+            book = self._active[pick]
+            for h in full:
+                book[h] = book.get(h, 0) + 1
+            self._active_booked[request.index] = (pick, full)
         return pick
+
+    # -- router queue --------------------------------------------------------------------------
+    def _all_busy(self) -> bool:
+        limit = self.router_queue_threshold * self.view.chunk_tokens
+        return all(t > limit for t in self._prefill_tokens)
+
+    def _release_queue(self) -> None:
+        while self.queue and not self._all_busy():
+            request = self.queue.pop(0)
+            self.view.dispatch(request, self.select(request))
+
+    # -- Router interface ----------------------------------------------------------------------
+    def route(self, request) -> int | None:
+        if self.router_queue_threshold is not None and (self.queue or self._all_busy()):
+            self.queue.append(request)
+            self.queued_total += 1
+            return None
+        return self.select(request)
+
+    def on_prefill_done(self, request, replica: int) -> None:
+        booked = self._booked.pop(request.index, None)
+        if booked is not None:
+            self._prefill_tokens[booked[0]] -= booked[1]
+        if self.queue:
+            self._release_queue()
+
+    def on_request_finished(self, request, replica: int) -> None:
+        entry = self._active_booked.pop(request.index, None)
+        if entry is not None:
+            book = self._active[entry[0]]
+            for h in entry[1]:
+                c = book[h] - 1
+                if c:
+                    book[h] = c
+                else:
+                    del book[h]
 
 
 __all__ = ["KvAwareRouter"]

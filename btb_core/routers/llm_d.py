@@ -14,6 +14,17 @@ References (kubernetes-sigs/gateway-api-inference-extension):
   ``DefaultLRUCapacityPerServer = 31250`` blocks per server, matching at most
   ``DefaultMaxPrefixBlocks = 256`` leading blocks; score = matched blocks / request blocks.
 
+Two more scorers of llm-d's inference scheduler (llm-d/llm-d-inference-scheduler), off by default
+because the default profile above does not enable them:
+
+- ``load-aware-scorer`` (``pkg/plugins/scorer/load_aware.go`` @ d5cbb322): 0.5 for an empty
+  waiting queue, else ``0.5 * (1 - min(q, threshold) / threshold)``, ``threshold`` 128
+  (``QueueThresholdDefault``);
+- ``active-request-scorer`` (``pkg/plugins/scorer/active_request.go`` @ d5cbb322): the requests
+  this scheduler sent to each server and not yet answered, each forgotten after
+  ``requestTimeout`` (2 minutes); score ``(max - count) / max`` over servers with a count, 1.0 for
+  a server with none.
+
 Here the prefix blocks are the trace's ``hash_ids`` (full blocks only, as the plugin hashes full
 blocks), and ``prefix_mode="kv_events"`` swaps the approximate index for the true cache contents
 (llm-d's "precise" prefix scorer, which listens to vLLM KV events). The picker takes the highest
@@ -22,7 +33,7 @@ total and breaks ties uniformly at random with ``view.rng`` (the max-score picke
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 import numpy as np
 
@@ -47,6 +58,14 @@ class LlmDRouter(Router):
         Leading blocks considered (256, ``prefix/plugin.go``).
     kv_event_tiers : str
         Tiers counted in ``kv_events`` mode (default ``"hbm"``: vLLM publishes GPU block events).
+    load_aware_weight : float >= 0
+        Weight of llm-d's load-aware scorer (0: off).
+    load_aware_threshold : int >= 1
+        Waiting requests at which the load-aware score reaches 0 (128, ``load_aware.go``).
+    active_request_weight : float >= 0
+        Weight of llm-d's active-request scorer (0: off).
+    active_request_timeout_s : float > 0
+        Seconds after which a dispatched request no longer counts (120, ``active_request.go``).
 
     Raises
     ------
@@ -64,22 +83,37 @@ class LlmDRouter(Router):
         RouterParam("lru_capacity_blocks", int, 31250, "approx index blocks per replica"),
         RouterParam("max_prefix_blocks", int, 256, "leading blocks considered"),
         RouterParam("kv_event_tiers", str, "hbm", "tiers counted in kv_events mode"),
+        RouterParam("load_aware_weight", float, 0.0, "weight of llm-d's load-aware scorer"),
+        RouterParam("load_aware_threshold", int, 128, "waiting requests scoring 0 (load-aware)"),
+        RouterParam("active_request_weight", float, 0.0, "weight of llm-d's active-request scorer"),
+        RouterParam("active_request_timeout_s", float, 120.0, "seconds a dispatched request "
+                    "counts as active"),
     )
 
     def __init__(self, prefix_weight: float = 3.0, queue_weight: float = 2.0,
                  kv_cache_weight: float = 2.0, prefix_mode: str = "approx",
                  lru_capacity_blocks: int = 31250, max_prefix_blocks: int = 256,
-                 kv_event_tiers: str = "hbm") -> None:
+                 kv_event_tiers: str = "hbm", load_aware_weight: float = 0.0,
+                 load_aware_threshold: int = 128, active_request_weight: float = 0.0,
+                 active_request_timeout_s: float = 120.0) -> None:
         p = self.name
         for field, value in (("prefix_weight", prefix_weight), ("queue_weight", queue_weight),
-                             ("kv_cache_weight", kv_cache_weight)):
+                             ("kv_cache_weight", kv_cache_weight),
+                             ("load_aware_weight", load_aware_weight),
+                             ("active_request_weight", active_request_weight)):
             check_range(p, field, value, 0.0)
+        check_range(p, "load_aware_threshold", load_aware_threshold, 1, integer=True)
+        check_range(p, "active_request_timeout_s", active_request_timeout_s, 0.0, low_open=True)
         check_range(p, "lru_capacity_blocks", lru_capacity_blocks, 1, integer=True)
         check_range(p, "max_prefix_blocks", max_prefix_blocks, 1, integer=True)
         if prefix_mode not in ("approx", "kv_events"):
             raise ConfigError(f"{p}: prefix_mode={prefix_mode!r} must be 'approx' or 'kv_events'")
-        self.weights = (float(prefix_weight), float(queue_weight), float(kv_cache_weight))
+        self.weights = (float(prefix_weight), float(queue_weight), float(kv_cache_weight),
+                        float(load_aware_weight), float(active_request_weight))
         self._weights = np.array(self.weights)
+        self._extra = bool(self.weights[3] or self.weights[4])
+        self.load_aware_threshold = int(load_aware_threshold)
+        self.active_request_timeout_s = float(active_request_timeout_s)
         self.prefix_mode = prefix_mode
         self.lru_capacity_blocks = int(lru_capacity_blocks)
         self.max_prefix_blocks = int(max_prefix_blocks)
@@ -88,18 +122,22 @@ class LlmDRouter(Router):
     def reset(self, view) -> None:
         super().reset(view)
         self._lru = [OrderedDict() for _ in range(view.num_replicas)]
+        self._active_counts = [0] * view.num_replicas   # active-request scorer's book
+        self._active: dict[int, int] = {}                # request index -> replica
+        self._active_order: deque = deque()              # (dispatch time, request index)
 
     def _prefix_blocks(self, request) -> tuple:
         return tuple(request.hash_ids[:min(request.full_blocks, self.max_prefix_blocks)])
 
     def scores(self, request, blocks: tuple | None = None) -> np.ndarray:
-        """Per-replica scorer values, shape ``(num_replicas, 3)``: prefix, queue, KV, each in
-        [0, 1] (unweighted). ``blocks``: the request's prefix blocks, if already computed."""
+        """Per-replica scorer values, shape ``(num_replicas, 5)``: prefix, queue, KV, load-aware,
+        active-request, each in [0, 1] (unweighted). ``blocks``: the request's prefix blocks, if
+        already computed."""
         v = self.view
         n = v.num_replicas
         if blocks is None:
             blocks = self._prefix_blocks(request)
-        out = np.zeros((n, 3))
+        out = np.zeros((n, 5))
         for r in range(n):
             if blocks:
                 if self.prefix_mode == "approx":
@@ -114,11 +152,30 @@ class LlmDRouter(Router):
         queues = [v.queue_length(r) for r in range(n)]
         qmax, qmin = max(queues), min(queues)
         out[:, 1] = 1.0 if qmax == qmin else [(qmax - q) / (qmax - qmin) for q in queues]
+        if self.weights[3]:
+            t = self.load_aware_threshold
+            out[:, 3] = [0.5 if q == 0 else 0.5 * (1.0 - min(q, t) / t) for q in queues]
+        if self.weights[4]:
+            self._expire_active()
+            counts = self._active_counts
+            cmax = max(counts)
+            out[:, 4] = [1.0 if c == 0 else (cmax - c) / cmax for c in counts]
         return out
+
+    def _expire_active(self) -> None:
+        """Forget requests dispatched ``active_request_timeout_s`` or more ago (ttlcache TTL)."""
+        order, now = self._active_order, self.view.now_s
+        while order and now - order[0][0] >= self.active_request_timeout_s:
+            _, idx = order.popleft()
+            r = self._active.pop(idx, None)
+            if r is not None:
+                self._active_counts[r] -= 1
 
     def route(self, request) -> int:
         blocks = self._prefix_blocks(request)
-        total = self.scores(request, blocks) @ self._weights
+        scores = self.scores(request, blocks)
+        # the three default scorers alone when the extra two are off (same sums as before)
+        total = (scores @ self._weights if self._extra else scores[:, :3] @ self._weights[:3])
         tied = np.flatnonzero(total == total.max())
         replica = int(tied[0]) if len(tied) == 1 else int(tied[self.view.rng.integers(len(tied))])
         if self.prefix_mode == "approx":
@@ -128,7 +185,16 @@ class LlmDRouter(Router):
                 lru.move_to_end(h)
             while len(lru) > self.lru_capacity_blocks:
                 lru.popitem(last=False)
+        if self.weights[4]:
+            self._active[request.index] = replica
+            self._active_counts[replica] += 1
+            self._active_order.append((self.view.now_s, request.index))
         return replica
+
+    def on_request_finished(self, request, replica: int) -> None:
+        r = self._active.pop(request.index, None)
+        if r is not None:
+            self._active_counts[r] -= 1
 
 
 __all__ = ["LlmDRouter"]

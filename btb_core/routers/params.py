@@ -29,7 +29,9 @@ class RouterParam:
     type : type
         ``int``, ``float``, ``bool`` or ``str``; values are converted with :meth:`convert`.
     default : object
-        The constructor default (documented with its source in the router's docstring).
+        The constructor default (documented with its source in the router's docstring). A
+        default of None makes the parameter optional: ``none`` or ``off`` on the command line
+        gives None.
     help : str
         One line for ``--help`` output.
     choices : tuple of str, optional
@@ -50,6 +52,8 @@ class RouterParam:
     def convert(self, text: str, policy: str = "?") -> object:
         """Convert the command-line string ``text``; raises ``ConfigError`` naming the value."""
         where = f"router {policy!r} parameter {self.name!r}"
+        if self.default is None and text.strip().lower() in ("none", "off"):
+            return None  # an optional parameter switched off
         try:
             if self.type is bool:
                 low = text.strip().lower()

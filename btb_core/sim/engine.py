@@ -65,6 +65,7 @@ class Simulator:
         self.num_replicas = cluster.num_replicas
         self.rng = np.random.default_rng(seed)
         self.seed = seed
+        self.chunk_tokens = cluster.chunk_tokens
         self.progress = progress
         self.chunked = cluster.scheduler == "chunked"
         self.decode = DecodeModel(self.cost)
@@ -101,6 +102,9 @@ class Simulator:
     def running(self, replica: int) -> int:
         return self.replicas[replica].running
 
+    def queued_prompt_tokens(self, replica: int) -> int:
+        return sum(job.req.input_length for job in self.replicas[replica].waiting)
+
     def kv_usage(self, replica: int) -> float:
         return self.replicas[replica].cache.used_slots / self.capacity_blocks
 
@@ -136,6 +140,27 @@ class Simulator:
 
     def active_blocks(self, replica: int) -> int:
         return self.replicas[replica].cache.used_slots
+
+    def cached_block_count(self, replica: int) -> int:
+        return sum(self.replicas[replica].cache.hbm_len.values())
+
+    def dispatch(self, request, replica: int) -> None:
+        """Send ``request``, which the router held back (``route`` returned None), to ``replica``
+        now. Raises ``ValueError`` on an invalid replica or a request not held back."""
+        job = self.jobs[request.index]
+        if job.replica >= 0 or not (0 <= replica < self.num_replicas):
+            raise ValueError(f"dispatch: request {request.request_id!r} to replica {replica!r}: "
+                             "not a held request or not a valid replica")
+        request.drop_hash_ids()
+        rep = self.replicas[replica]
+        job.replica = replica
+        rep.waiting.append(job)
+        self._sample_queue(rep)
+        if not rep.busy:
+            if not rep.kick_pending:
+                self._plan(rep)
+        elif rep.op_kind == "stretch":
+            self._cut_stretch(rep)
 
     def egress_backlog_s(self, replica: int) -> float:
         return max(0.0, self.replicas[replica].egress_free_s - self.now)
@@ -270,6 +295,8 @@ class Simulator:
             if bar is not None and (i & 1023) == 0:
                 bar.update(1024)
             r = router.route(job.req)
+            if r is None:     # held in the router's own queue; it calls dispatch() later
+                continue
             job.req.drop_hash_ids()
             if not (0 <= r < self.num_replicas):
                 raise ValueError(f"router {type(router).__name__} returned replica {r!r} for request "
