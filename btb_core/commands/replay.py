@@ -36,6 +36,19 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--router-param", action="append", default=[], metavar="NAME=VALUE",
                    help="router constructor parameter, repeatable (e.g. cache_threshold=0.5)")
+    prod = p.add_argument_group("routers as production runs them (trace mode)")
+    prod.add_argument("--routers", type=int, default=1, metavar="N",
+                      help="independent router instances of the policy, each with its own state and "
+                           "in-flight counts (default 1)")
+    prod.add_argument("--router-assign", default="round_robin", choices=("round_robin", "session"),
+                      help="split arrivals across instances round-robin (default) or by session / "
+                           "first-block hash")
+    prod.add_argument("--router-sync-s", type=float, default=0.0, metavar="S",
+                      help="instances exchange prefix-index updates every S seconds (0: never)")
+    prod.add_argument("--kv-event-lag-s", type=float, default=0.0, metavar="L",
+                      help="cache-content changes reach routers L seconds late (default 0)")
+    prod.add_argument("--load-lag-s", type=float, default=0.0, metavar="L",
+                      help="engine load figures are snapshots refreshed every L seconds (default 0: live)")
     p.add_argument("--continuous", action="store_true",
                    help="experiment mode: also replay all windows as one continuous run")
     p.add_argument("--max-windows", type=int, default=None, help="experiment mode: first N windows only")
@@ -47,11 +60,29 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _router(policy: str, params: list[str]):
+def _router(policy: str, params: list[str], routers: int = 1, assign: str = "round_robin",
+            sync_s: float = 0.0):
     from ..routers import parse_router_params, policy_class
+    from ..routers.instances import RouterInstances
 
     cls = policy_class(policy)
-    return cls(**parse_router_params(cls, params))
+    kwargs = parse_router_params(cls, params)
+    if routers == 1 and sync_s == 0.0:
+        return cls(**kwargs)
+    return RouterInstances.of_policy(cls, kwargs, routers, assign, sync_s)
+
+
+def _production_flags_used(args) -> list[str]:
+    used = []
+    if args.routers != 1:
+        used.append("--routers")
+    if args.router_sync_s:
+        used.append("--router-sync-s")
+    if args.kv_event_lag_s:
+        used.append("--kv-event-lag-s")
+    if args.load_lag_s:
+        used.append("--load-lag-s")
+    return used
 
 
 def _write_parquet(df, out: Path, overwrite: bool) -> None:
@@ -111,6 +142,10 @@ def run(args) -> int:
     if args.max_windows is not None and args.max_windows < 1:
         raise ConfigError(f"--max-windows {args.max_windows}: must be >= 1 (omit it for every window)")
     if args.dataset is not None:
+        used = _production_flags_used(args)
+        if used:
+            raise ConfigError(f"{used[0]} is for --trace mode (one continuous run); replay a window "
+                              "of the dataset with --trace instead")
         return _run_dataset(args)
     if len(args.policy) != 1 or len(args.setup) != 1:
         raise ConfigError("--trace mode takes one --policy and one --setup")
@@ -128,12 +163,16 @@ def run(args) -> int:
                           f"clock; replay it window by window with --dataset {where}")
     cluster = ClusterConfig.from_setup(args.setup[0], num_replicas=args.replicas, scheduler=args.scheduler,
                                        attention=not args.linear)
-    router = _router(args.policy[0], args.router_param)
+    router = _router(args.policy[0], args.router_param, args.routers, args.router_assign,
+                     args.router_sync_s)
     progress = (not args.json) and sys.stderr.isatty()
-    result = simulate(trace, router, cluster, seed=args.seed, progress=progress)
+    result = simulate(trace, router, cluster, seed=args.seed, progress=progress,
+                      kv_event_lag_s=args.kv_event_lag_s, load_lag_s=args.load_lag_s)
     metrics = {"trace": str(args.trace), "policy": args.policy[0], "setup": args.setup[0],
                "replicas": args.replicas, "scheduler": args.scheduler, "seed": args.seed,
-               **result.metrics}
+               "routers": args.routers, "router_assign": args.router_assign,
+               "router_sync_s": args.router_sync_s, "kv_event_lag_s": args.kv_event_lag_s,
+               "load_lag_s": args.load_lag_s, **result.metrics}
     if args.out is not None:
         _write_parquet(result.requests, args.out, args.overwrite)
     if args.json:

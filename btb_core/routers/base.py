@@ -105,3 +105,15 @@ class Router:
 
     def on_transfer_done(self, transfer_id: int, src: int, dst: int, num_blocks: int) -> None:
         """Called when a transfer started by :meth:`ClusterView.start_transfer` landed."""
+
+    # -- prefix-index exchange between router instances (btb_core.routers.instances) -----------
+    def enable_index_sync(self) -> None:
+        """Start recording the prefix-index updates this router makes (for :meth:`index_updates`).
+        No-op for policies without an approximate prefix index."""
+
+    def index_updates(self) -> list:
+        """The prefix-index updates recorded since the last call (then forgotten); ``[]`` if none."""
+        return []
+
+    def apply_index_updates(self, updates: list) -> None:
+        """Apply another instance's :meth:`index_updates` to this router's prefix index."""

@@ -144,6 +144,8 @@ class BTBRouter(Router):
         self._transfer_key: dict = {}
         #: One dict per copy: key, src, dst, start_s, done_s (None until it lands).
         self.transfers: list[dict] = []
+        #: Copies refused because the source no longer held the prefix (stale views only).
+        self.failed_copies = 0
         #: Decision counts: "warm" (BTB branch) and "fallback" (cache-aware branch).
         self.decisions = {"warm": 0, "fallback": 0}
 
@@ -167,8 +169,14 @@ class BTBRouter(Router):
                           key=lambda r: (loads[r], r))
         for dst in eligible[:budget]:
             src = min(holders, key=lambda r: (v.egress_backlog_s(r), r))
-            tid = v.start_transfer(src, dst, prefix,
-                                   pause_destination=self.pause_compute_while_receiving)
+            try:
+                tid = v.start_transfer(src, dst, prefix,
+                                       pause_destination=self.pause_compute_while_receiving)
+            except ValueError:
+                # only behind late KV events (sim/lag.py): the source the router believes holds
+                # the prefix evicted it meanwhile, and the copy fails as an RDMA read would
+                self.failed_copies += 1
+                continue
             started.add(dst)
             self._transfer_key[tid] = (key, len(self.transfers))
             self.transfers.append({"key": key, "src": src, "dst": dst, "num_blocks": len(prefix),
@@ -206,6 +214,15 @@ class BTBRouter(Router):
     # -- hooks ---------------------------------------------------------------------------------
     def on_request_finished(self, request, replica: int) -> None:
         self.cache_aware.on_request_finished(request, replica)
+
+    def enable_index_sync(self) -> None:
+        self.cache_aware.enable_index_sync()
+
+    def index_updates(self) -> list:
+        return self.cache_aware.index_updates()
+
+    def apply_index_updates(self, updates: list) -> None:
+        self.cache_aware.apply_index_updates(updates)
 
     def on_transfer_done(self, transfer_id: int, src: int, dst: int, num_blocks: int) -> None:
         entry = self._transfer_key.pop(transfer_id, None)

@@ -149,6 +149,7 @@ class CacheAwareRouter(Router):
         self.load = InFlightLoad(view.num_replicas)
         self.tree = ApproxPrefixIndex(view.num_replicas)
         self._next_evict_s = self.eviction_interval_s
+        self._sync_log = None       # prompts inserted since the last index exchange, if syncing
         #: Decision counts by branch: "imbalanced", "hit", "miss" (for tests and notebooks).
         self.decisions = {"imbalanced": 0, "hit": 0, "miss": 0}
 
@@ -208,6 +209,9 @@ class CacheAwareRouter(Router):
         self._maybe_evict()
         self.tree.insert(replica, request.hash_ids, request.input_length, request.block_tokens,
                          self.view.now_s)
+        if self._sync_log is not None:
+            self._sync_log.append((replica, request.hash_ids, request.input_length,
+                                   request.block_tokens))
         self.load.add(request, replica)
 
     def _maybe_evict(self) -> None:
@@ -229,6 +233,20 @@ class CacheAwareRouter(Router):
 
     def on_request_finished(self, request, replica: int) -> None:
         self.load.finish(request)
+
+    # -- index exchange between instances (SGLang's mesh tree sync) -----------------------------
+    def enable_index_sync(self) -> None:
+        self._sync_log = []
+
+    def index_updates(self) -> list:
+        ops, self._sync_log = self._sync_log or [], ([] if self._sync_log is not None else None)
+        return ops
+
+    def apply_index_updates(self, updates: list) -> None:
+        """Insert other instances' routed prompts into this tree (stamped now); loads untouched."""
+        now = self.view.now_s
+        for replica, hash_ids, input_length, block_tokens in updates:
+            self.tree.insert(replica, hash_ids, input_length, block_tokens, now)
 
 
 __all__ = ["CacheAwareRouter", "parse_tiers"]

@@ -125,6 +125,7 @@ class LlmDRouter(Router):
         self._active_counts = [0] * view.num_replicas   # active-request scorer's book
         self._active: dict[int, int] = {}                # request index -> replica
         self._active_order: deque = deque()              # (dispatch time, request index)
+        self._sync_log = None                            # routed blocks since the last exchange
 
     def _prefix_blocks(self, request) -> tuple:
         return tuple(request.hash_ids[:min(request.full_blocks, self.max_prefix_blocks)])
@@ -179,17 +180,33 @@ class LlmDRouter(Router):
         tied = np.flatnonzero(total == total.max())
         replica = int(tied[0]) if len(tied) == 1 else int(tied[self.view.rng.integers(len(tied))])
         if self.prefix_mode == "approx":
-            lru = self._lru[replica]
-            for h in blocks:
-                lru[h] = None
-                lru.move_to_end(h)
-            while len(lru) > self.lru_capacity_blocks:
-                lru.popitem(last=False)
+            self._remember(replica, blocks)
+            if self._sync_log is not None:
+                self._sync_log.append((replica, blocks))
         if self.weights[4]:
             self._active[request.index] = replica
             self._active_counts[replica] += 1
             self._active_order.append((self.view.now_s, request.index))
         return replica
+
+    def _remember(self, replica: int, blocks: tuple) -> None:
+        lru = self._lru[replica]
+        for h in blocks:
+            lru[h] = None
+            lru.move_to_end(h)
+        while len(lru) > self.lru_capacity_blocks:
+            lru.popitem(last=False)
+
+    def enable_index_sync(self) -> None:
+        self._sync_log = []
+
+    def index_updates(self) -> list:
+        ops, self._sync_log = self._sync_log or [], ([] if self._sync_log is not None else None)
+        return ops
+
+    def apply_index_updates(self, updates: list) -> None:
+        for replica, blocks in updates:
+            self._remember(replica, blocks)
 
     def on_request_finished(self, request, replica: int) -> None:
         r = self._active.pop(request.index, None)

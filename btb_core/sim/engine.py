@@ -3,7 +3,8 @@
 Events are ordered by ``(time_s, priority, sequence)`` so ties break the same way every run
 (as in SimPy's ``Environment``): transfer completions (priority 0) come before replica operation
 ends (1), which come before arrivals at the same instant (2), which come before an idle replica's
-scheduler wake-up (3). So a request arriving exactly when a prefill completes sees its blocks, one
+scheduler wake-up (3), which come before a stale-load snapshot (4, only with ``load_lag_s > 0``,
+:mod:`btb_core.sim.lag`). So a request arriving exactly when a prefill completes sees its blocks, one
 arriving when a copy lands sees the copy, and requests arriving at the same instant at an idle
 replica are scheduled together (as an engine's step loop would pick them up together).
 Arrivals are read from the sorted trace with a pointer rather than pushed on the heap.
@@ -20,11 +21,12 @@ import numpy as np
 from ..errors import ConfigError
 from .blocks import BlockIndex, locate
 from .kvcache import DiskTier, KVCache
+from .lag import LaggedView, LoggedKVCache
 from .metrics import SimResult, build_result
 from .replica import DecodeModel, Job, Replica
 from .request import Request
 
-_TRANSFER, _OP, _ARRIVAL, _KICK = 0, 1, 2, 3
+_TRANSFER, _OP, _ARRIVAL, _KICK, _SNAP = 0, 1, 2, 3, 4
 
 
 class Transfer:
@@ -56,7 +58,8 @@ class Simulator:
     Use :func:`simulate`; this class is public for routers' type hints and for tests.
     """
 
-    def __init__(self, trace, router, cluster, seed: int = 0, progress: bool | None = None):
+    def __init__(self, trace, router, cluster, seed: int = 0, progress: bool | None = None,
+                 kv_event_lag_s: float = 0.0, load_lag_s: float = 0.0):
         self.trace = trace
         self.router = router
         self.cluster = cluster
@@ -74,10 +77,24 @@ class Simulator:
         dram_blocks = cluster.tier_capacity_blocks(cluster.dram_capacity_bytes, self.block_tokens)
         disk_blocks = cluster.tier_capacity_blocks(cluster.disk_capacity_bytes, self.block_tokens)
         shared_disk = DiskTier(disk_blocks) if (disk_blocks and cluster.disk_shared) else None
+        for field, value in (("kv_event_lag_s", kv_event_lag_s), ("load_lag_s", load_lag_s)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not 0.0 <= value < float("inf"):
+                raise ConfigError(f"{field}={value!r} must be a finite number of seconds >= 0")
+        self.kv_event_lag_s = float(kv_event_lag_s)
+        self.load_lag_s = float(load_lag_s)
+        #: Cache operations in call order, kept for routers that see KV events late (sim/lag.py).
+        self.kv_log: list | None = [] if self.kv_event_lag_s > 0 else None
         self.replicas = []
         for r in range(self.num_replicas):
             disk = shared_disk if cluster.disk_shared else (DiskTier(disk_blocks) if disk_blocks else None)
-            self.replicas.append(Replica(r, KVCache(self.capacity_blocks, dram_blocks, disk)))
+            if self.kv_log is None:
+                cache = KVCache(self.capacity_blocks, dram_blocks, disk)
+            else:
+                cache = LoggedKVCache(r, self.kv_log, self._clock, self.capacity_blocks,
+                                      dram_blocks, disk)
+            self.replicas.append(Replica(r, cache))
+        self.view = None              # what the router sees: this simulator, or a LaggedView
         self.now = 0.0
         self._heap = []
         self._seq = 0
@@ -131,8 +148,14 @@ class Simulator:
             n += 1
         return n
 
+    def _clock(self) -> float:
+        return self.now
+
     def cached_blocks(self, replica, hash_ids, tiers=("hbm", "dram", "disk")) -> int:
-        cache = self.replicas[replica].cache
+        return self.cached_in(self.replicas[replica].cache, hash_ids, tiers)
+
+    def cached_in(self, cache, hash_ids, tiers=("hbm", "dram", "disk")) -> int:
+        """:meth:`cached_blocks` against any cache of this run's block index (e.g. a stale mirror)."""
         pieces = self._pieces(hash_ids)
         if pieces is None:
             return self._matched_any(cache, hash_ids, tiers)
@@ -260,7 +283,13 @@ class Simulator:
             jobs.append(Job(req, p_start[a:b], p_len[a:b], full))
 
         router = self.router
-        router.reset(self)
+        if self.kv_event_lag_s > 0 or self.load_lag_s > 0:
+            self.view = LaggedView(self, self.kv_event_lag_s, self.load_lag_s)
+            if self.load_lag_s > 0 and n:
+                self._push(self.load_lag_s, _SNAP, self.view)
+        else:
+            self.view = self
+        router.reset(self.view)
         heap = self._heap
         replicas = self.replicas
         bar = self._progress_bar(n)
@@ -282,6 +311,10 @@ class Simulator:
                     obj.kick_pending = False
                     if not obj.busy:
                         self._plan(obj)
+                elif prio == _SNAP:
+                    obj.snapshot()
+                    if i < n:   # routers look only while arrivals remain
+                        self._push(t + self.load_lag_s, _SNAP, obj)
                 else:
                     self._transfer_done(obj)
                 continue
@@ -594,7 +627,8 @@ class Simulator:
             self._plan(dst)
 
 
-def simulate(trace, router, cluster, seed: int = 0, progress: bool | None = None) -> SimResult:
+def simulate(trace, router, cluster, seed: int = 0, progress: bool | None = None,
+             kv_event_lag_s: float = 0.0, load_lag_s: float = 0.0) -> SimResult:
     """Replay ``trace`` through ``router`` on ``cluster``.
 
     Parameters
@@ -609,6 +643,11 @@ def simulate(trace, router, cluster, seed: int = 0, progress: bool | None = None
         router parameters, cluster and seed give an identical result.
     progress : bool or None
         Show a tqdm progress bar; default: only for long runs on a terminal.
+    kv_event_lag_s : float >= 0
+        Seconds by which cache-content changes reach the router (:mod:`btb_core.sim.lag`); 0 =
+        instantly (bit-identical to a run without lag).
+    load_lag_s : float >= 0
+        Load figures are snapshots refreshed every this many seconds; 0 = live.
 
     Returns
     -------
@@ -621,4 +660,5 @@ def simulate(trace, router, cluster, seed: int = 0, progress: bool | None = None
     ConfigError
         If a request can never fit a replica's KV budget, or arrivals are not sorted.
     """
-    return Simulator(trace, router, cluster, seed=seed, progress=progress).run()
+    return Simulator(trace, router, cluster, seed=seed, progress=progress,
+                     kv_event_lag_s=kv_event_lag_s, load_lag_s=load_lag_s).run()

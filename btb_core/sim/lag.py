@@ -1,0 +1,201 @@
+"""Stale views: what a router sees when KV events and load figures reach it late.
+
+In a real deployment the engines publish KV-cache events (blocks stored, blocks removed) and load
+figures (queue length, running requests, KV usage) over the network, and a router acts on what has
+arrived: NVIDIA Dynamo's indexer consumes KV events from an event plane, SGLang's gateway polls
+each engine's load every ``load_monitor_interval`` seconds, llm-d's endpoint picker scrapes engine
+metrics periodically. Two knobs model that (``DESIGN.md`` section 8, "Lag"):
+
+- ``kv_event_lag_s = L``: every change to a replica's cache contents (blocks whose prefill
+  completed, copies that landed, evictions and spills to lower tiers) reaches the router ``L``
+  seconds after it happened. The router's cache queries (``cached_blocks``,
+  ``cached_block_count``) answer from a **mirror** of each replica's cache that replays the real
+  cache's operations ``L`` seconds late: every mutating call on the real cache is logged with its
+  time and replayed into the mirror once ``now - L`` has passed it, so at time ``t`` the mirror
+  holds exactly the real cache's state at ``t - L`` (evictions and tier moves included), and a
+  block completed at ``t0`` is never visible before ``t0 + L``.
+- ``load_lag_s = L``: the load figures (``queue_length``, ``running``, ``kv_usage``,
+  ``active_blocks``, ``queued_prompt_tokens``) are a snapshot of every replica refreshed every ``L``
+  seconds (at ``L, 2L, ...``, after all events at that instant; the first snapshot is the idle
+  cluster at time 0), as a poller would see them.
+
+Everything else a router reads (the clock, its rng, NIC backlogs of its own copies) is live, and
+its actions (copies, dispatches) act on the real cluster. With both lags 0 the simulator hands
+routers itself and nothing here runs, so results are bit-identical to a run without this module.
+"""
+
+from __future__ import annotations
+
+from .kvcache import DiskTier, KVCache
+
+#: The cache operations that change its contents (the ones the mirror replays).
+MUTATORS = ("pin_prefix", "reserve_private", "complete_blocks", "release", "pin_existing",
+            "unpin", "land")
+
+
+class LoggedKVCache(KVCache):
+    """A :class:`KVCache` that appends each content-changing call to a shared log (only the
+    outermost call: one that another logged operation makes is part of it).
+
+    Parameters
+    ----------
+    replica : int
+        Index written into each log entry.
+    log : list
+        Shared by all replicas of a run: entries ``(time_s, replica, method, args)`` in call order.
+    clock : callable
+        Returns the current simulated time in seconds.
+    *args, **kwargs
+        Passed to :class:`KVCache`.
+    """
+
+    __slots__ = ("replica", "log", "clock", "depth")
+
+    def __init__(self, replica: int, log: list, clock, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.replica = replica
+        self.log = log
+        self.clock = clock
+        self.depth = 0
+
+
+def _logged(name):
+    base = getattr(KVCache, name)
+
+    def method(self, *args):
+        if self.depth:             # called from another logged operation (release -> unpin)
+            return base(self, *args)
+        self.log.append((self.clock(), self.replica, name, args))
+        self.depth = 1
+        try:
+            return base(self, *args)
+        finally:
+            self.depth = 0
+
+    method.__name__ = name
+    method.__doc__ = base.__doc__
+    return method
+
+
+for _name in MUTATORS:
+    setattr(LoggedKVCache, _name, _logged(_name))
+
+
+class LaggedView:
+    """The :class:`~btb_core.routers.base.ClusterView` of a router behind stale KV events and
+    snapshot loads; wraps a :class:`~btb_core.sim.engine.Simulator` (see the module docstring).
+
+    Parameters
+    ----------
+    sim : Simulator
+        The live cluster; its caches must be :class:`LoggedKVCache` when ``kv_event_lag_s > 0``.
+    kv_event_lag_s, load_lag_s : float >= 0
+        The two lags in seconds.
+
+    Raises
+    ------
+    ValueError
+        On a negative or non-finite lag.
+    """
+
+    def __init__(self, sim, kv_event_lag_s: float = 0.0, load_lag_s: float = 0.0) -> None:
+        for field, value in (("kv_event_lag_s", kv_event_lag_s), ("load_lag_s", load_lag_s)):
+            if not (isinstance(value, (int, float)) and 0.0 <= value < float("inf")):
+                raise ValueError(f"{field}={value!r} must be a finite number >= 0")
+        self.sim = sim
+        self.kv_event_lag_s = float(kv_event_lag_s)
+        self.load_lag_s = float(load_lag_s)
+        self.num_replicas = sim.num_replicas
+        self.block_tokens = sim.block_tokens
+        self.chunk_tokens = sim.chunk_tokens
+        self.rng = sim.rng
+        self._log_pos = 0
+        self.mirrors = None
+        if self.kv_event_lag_s > 0:
+            self.mirrors = self._make_mirrors(sim)
+        self._snap = None
+        if self.load_lag_s > 0:
+            self.snapshot()
+
+    @staticmethod
+    def _make_mirrors(sim) -> list[KVCache]:
+        caches = [rep.cache for rep in sim.replicas]
+        if not all(isinstance(c, LoggedKVCache) for c in caches):
+            raise ValueError("kv_event_lag_s > 0 needs the simulator's caches to be LoggedKVCache")
+        disks = {}
+        mirrors = []
+        for c in caches:
+            disk = None
+            if c.disk is not None:   # a shared disk tier stays shared in the mirror
+                disk = disks.setdefault(id(c.disk), DiskTier(c.disk.capacity_blocks))
+            mirrors.append(KVCache(c.capacity_blocks, c.dram_capacity_blocks, disk))
+        return mirrors
+
+    # -- KV events -----------------------------------------------------------------------------
+    def _catch_up(self) -> None:
+        """Replay logged cache operations that happened at or before ``now - kv_event_lag_s``."""
+        log = self.sim.kv_log
+        horizon = self.sim.now - self.kv_event_lag_s
+        pos, mirrors = self._log_pos, self.mirrors
+        end = len(log)
+        while pos < end and log[pos][0] <= horizon:
+            _, r, name, args = log[pos]
+            getattr(mirrors[r], name)(*args)
+            pos += 1
+        if pos > 4096 and pos * 2 > end:   # drop the replayed head now and then
+            del log[:pos]
+            pos = 0
+        self._log_pos = pos
+
+    def cached_blocks(self, replica, hash_ids, tiers=("hbm", "dram", "disk")) -> int:
+        if self.mirrors is None:
+            return self.sim.cached_blocks(replica, hash_ids, tiers)
+        self._catch_up()
+        return self.sim.cached_in(self.mirrors[replica], hash_ids, tiers)
+
+    def cached_block_count(self, replica: int) -> int:
+        if self.mirrors is None:
+            return self.sim.cached_block_count(replica)
+        self._catch_up()
+        return sum(self.mirrors[replica].hbm_len.values())
+
+    # -- load figures --------------------------------------------------------------------------
+    def snapshot(self) -> None:
+        """Take the load figures of every replica now (called every ``load_lag_s`` seconds)."""
+        s = self.sim
+        r = range(self.num_replicas)
+        self._snap = ([s.queue_length(i) for i in r], [s.running(i) for i in r],
+                      [s.kv_usage(i) for i in r], [s.active_blocks(i) for i in r],
+                      [s.queued_prompt_tokens(i) for i in r])
+
+    def queue_length(self, replica: int) -> int:
+        return self._snap[0][replica] if self._snap else self.sim.queue_length(replica)
+
+    def running(self, replica: int) -> int:
+        return self._snap[1][replica] if self._snap else self.sim.running(replica)
+
+    def kv_usage(self, replica: int) -> float:
+        return self._snap[2][replica] if self._snap else self.sim.kv_usage(replica)
+
+    def active_blocks(self, replica: int) -> int:
+        return self._snap[3][replica] if self._snap else self.sim.active_blocks(replica)
+
+    def queued_prompt_tokens(self, replica: int) -> int:
+        return self._snap[4][replica] if self._snap else self.sim.queued_prompt_tokens(replica)
+
+    # -- live ----------------------------------------------------------------------------------
+    @property
+    def now_s(self) -> float:
+        return self.sim.now
+
+    def egress_backlog_s(self, replica: int) -> float:
+        return self.sim.egress_backlog_s(replica)
+
+    def start_transfer(self, src, dst, hash_ids, pause_destination=False) -> int:
+        return self.sim.start_transfer(src, dst, hash_ids, pause_destination)
+
+    def dispatch(self, request, replica: int) -> None:
+        self.sim.dispatch(request, replica)
+
+
+__all__ = ["LaggedView", "LoggedKVCache", "MUTATORS"]
