@@ -54,6 +54,14 @@ def register(sub) -> None:
     p.add_argument("--max-windows", type=int, default=None, help="experiment mode: first N windows only")
     p.add_argument("--linear", action="store_true",
                    help="cost model without the attention term (the published reference table)")
+    p.add_argument("--closed-loop", action="store_true",
+                   help="trace mode: replay conversation sessions closed-loop (turn k+1 is sent when "
+                        "turn k finishes plus a think time, and starts with turn k's prompt and "
+                        "output blocks); sessions come from the trace's session_id/turn columns, "
+                        "else are inferred from chained prefixes")
+    p.add_argument("--think-s", type=float, default=None, metavar="SECONDS",
+                   help="with --closed-loop: exponential think time of this mean, seeded by --seed "
+                        "(default: the trace's gap between consecutive turns)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--out", type=Path, help="write the per-request table (parquet)")
     p.add_argument("--overwrite", action="store_true", help="allow --out to replace an existing file")
@@ -138,7 +146,28 @@ def _run_dataset(args) -> int:
     return 0
 
 
+def _check_session_args(args) -> None:
+    if args.think_s is not None and not args.closed_loop:
+        raise ConfigError("--think-s needs --closed-loop")
+    if args.think_s is not None and not (args.think_s >= 0 and args.think_s != float("inf")):
+        raise ConfigError(f"--think-s {args.think_s}: must be a number >= 0 (seconds)")
+    if args.closed_loop and args.dataset is not None:
+        raise ConfigError("--closed-loop replays one trace's sessions; use it with --trace, not --dataset")
+
+
+def _session_plan(trace, quiet: bool):
+    from ..sessions import infer_sessions, plan_sessions
+
+    if "session_id" not in trace.table.columns:
+        trace = infer_sessions(trace)
+        if not quiet:
+            print(f"{trace.name}: no session_id column; sessions inferred from chained prefixes "
+                  f"({trace.table['session_id'].nunique()} sessions)", file=sys.stderr)
+    return plan_sessions(trace)
+
+
 def run(args) -> int:
+    _check_session_args(args)
     if args.max_windows is not None and args.max_windows < 1:
         raise ConfigError(f"--max-windows {args.max_windows}: must be >= 1 (omit it for every window)")
     if args.dataset is not None:
@@ -166,13 +195,19 @@ def run(args) -> int:
     router = _router(args.policy[0], args.router_param, args.routers, args.router_assign,
                      args.router_sync_s)
     progress = (not args.json) and sys.stderr.isatty()
-    result = simulate(trace, router, cluster, seed=args.seed, progress=progress,
-                      kv_event_lag_s=args.kv_event_lag_s, load_lag_s=args.load_lag_s)
+    plan = _session_plan(trace, args.json) if args.closed_loop else None
+    result = simulate(plan.trace if plan is not None else trace, router, cluster, seed=args.seed,
+                      progress=progress, kv_event_lag_s=args.kv_event_lag_s,
+                      load_lag_s=args.load_lag_s, sessions=plan,
+                      think_s=args.think_s if plan is not None else None)
     metrics = {"trace": str(args.trace), "policy": args.policy[0], "setup": args.setup[0],
                "replicas": args.replicas, "scheduler": args.scheduler, "seed": args.seed,
                "routers": args.routers, "router_assign": args.router_assign,
                "router_sync_s": args.router_sync_s, "kv_event_lag_s": args.kv_event_lag_s,
-               "load_lag_s": args.load_lag_s, **result.metrics}
+               "load_lag_s": args.load_lag_s,
+               **({"closed_loop": True, "think_s": args.think_s if args.think_s is not None else "trace gap"}
+                  if plan is not None else {}),
+               **result.metrics}
     if args.out is not None:
         _write_parquet(result.requests, args.out, args.overwrite)
     if args.json:

@@ -59,7 +59,18 @@ class Simulator:
     """
 
     def __init__(self, trace, router, cluster, seed: int = 0, progress: bool | None = None,
-                 kv_event_lag_s: float = 0.0, load_lag_s: float = 0.0):
+                 kv_event_lag_s: float = 0.0, load_lag_s: float = 0.0, sessions=None,
+                 think_s: float | None = None):
+        if sessions is not None and sessions.trace is not trace:
+            raise ConfigError("simulate(sessions=plan): trace must be plan.trace (the planned trace)")
+        if think_s is not None and not (isinstance(think_s, (int, float)) and not isinstance(think_s, bool)
+                                        and np.isfinite(think_s) and think_s >= 0):
+            raise ConfigError(f"think_s={think_s!r}: must be a number >= 0 (mean think time, seconds)")
+        if think_s is not None and sessions is None:
+            raise ConfigError("think_s needs closed-loop sessions (sessions=plan)")
+        self.sessions = sessions
+        self.think_s = think_s
+        self._pending_turns = 0       # closed loop: later turns not yet released and arrived
         self.trace = trace
         self.router = router
         self.cluster = cluster
@@ -268,7 +279,14 @@ class Simulator:
         req_ids = table["request_id"].tolist()
         flat = trace.hash_flat
         offsets = trace.hash_offsets.tolist()
-        self.blocks = blocks = BlockIndex(flat, trace.hash_offsets, getattr(trace, "name", "trace"))
+        plan = self.sessions
+        if plan is None:
+            self.blocks = blocks = BlockIndex(flat, trace.hash_offsets, getattr(trace, "name", "trace"))
+        else:   # rows n..2n-1: every row's extended path (full prompt blocks, then output blocks)
+            self.blocks = blocks = BlockIndex(
+                np.concatenate([flat, plan.ext_flat]),
+                np.concatenate([trace.hash_offsets, plan.ext_offsets[1:] + len(flat)]),
+                getattr(trace, "name", "trace"))
         p_off, p_start, p_len = blocks.piece_offsets, blocks.piece_start, blocks.piece_len
         arrival_l = arrival.tolist()
         bt = self.block_tokens
@@ -281,6 +299,10 @@ class Simulator:
             if full > offsets[i + 1] - offsets[i]:
                 full = offsets[i + 1] - offsets[i]
             jobs.append(Job(req, p_start[a:b], p_len[a:b], full))
+        arrive_jobs, arrive_s = jobs, arrival_l
+        if plan is not None:
+            arrive_jobs, arrive_s = self._closed_loop_setup(n, p_off, p_start, p_len)
+        n_arrive = len(arrive_jobs)
 
         router = self.router
         if self.kv_event_lag_s > 0 or self.load_lag_s > 0:
@@ -298,7 +320,7 @@ class Simulator:
         inf = float("inf")
         q_time, q_replica, q_len = self.queue_samples
         while True:
-            next_arrival = arrival_l[i] if i < n else inf
+            next_arrival = arrive_s[i] if i < n_arrive else inf
             if heap and (heap[0][0] < next_arrival
                          or (heap[0][0] == next_arrival and heap[0][1] < _ARRIVAL)):
                 t, prio, _, obj, token = heapq.heappop(heap)
@@ -311,19 +333,21 @@ class Simulator:
                     obj.kick_pending = False
                     if not obj.busy:
                         self._plan(obj)
+                elif prio == _TRANSFER:
+                    self._transfer_done(obj)
                 elif prio == _SNAP:
                     obj.snapshot()
-                    if i < n:   # routers look only while arrivals remain
+                    if i < n_arrive or self._pending_turns:   # routers look while arrivals remain
                         self._push(t + self.load_lag_s, _SNAP, obj)
                 else:
-                    self._transfer_done(obj)
+                    self._arrive_released(obj)
                 continue
-            if i >= n:
+            if i >= n_arrive:
                 break
             # arrival
             self.now = next_arrival
             events += 1
-            job = jobs[i]
+            job = arrive_jobs[i]
             i += 1
             if bar is not None and (i & 1023) == 0:
                 bar.update(1024)
@@ -343,7 +367,7 @@ class Simulator:
             if not rep.busy:
                 if rep.kick_pending:
                     pass
-                elif i < n and arrival_l[i] == next_arrival:
+                elif i < n_arrive and arrive_s[i] == next_arrival:
                     # more arrivals at this instant: schedule together, after all of them
                     rep.kick_pending = True
                     self._push(self.now, _KICK, rep)
@@ -360,6 +384,72 @@ class Simulator:
             raise RuntimeError(f"simulation ended with {len(unfinished)} unfinished requests "
                                f"(first: {unfinished[0]!r}); this is a simulator bug")
         return build_result(self)
+
+    # ------------------------------------------------------------------ closed-loop sessions
+    def _closed_loop_setup(self, n, p_off, p_start, p_len):
+        """Closed-loop replay: jobs walk their extended paths; only first turns arrive from the
+        trace, later turns are released by :meth:`_finish_closed` (see btb_core.sessions)."""
+        plan = self.sessions
+        prev = plan.prev.tolist()
+        nxt = [-1] * n
+        for b in range(n):
+            if prev[b] >= 0:
+                nxt[prev[b]] = b
+        if self.think_s is None:
+            think = plan.gap_s.tolist()
+        else:   # exponential think times, seeded apart from the router's generator
+            rng = np.random.default_rng(np.random.SeedSequence([self.seed, 12]))
+            think = (rng.exponential(self.think_s, n) if self.think_s > 0 else np.zeros(n)).tolist()
+        self._next_turn = nxt
+        self._think = think
+        ext_off = plan.ext_offsets.tolist()
+        for i, job in enumerate(self.jobs):
+            a, b = p_off[n + i], p_off[n + i + 1]
+            job.ps, job.pl = p_start[a:b], p_len[a:b]
+            job.ext_full = ext_off[i + 1] - ext_off[i]
+            if job.full > job.ext_full:   # cannot happen for a plan; guards hand-built ones
+                raise ConfigError(f"sessions plan: row {i} has fewer extended blocks than prompt blocks")
+        self._finish = self._finish_closed
+        self._pending_turns = sum(1 for p in prev if p >= 0)
+        first = [i for i in range(n) if prev[i] < 0]
+        t = self.jobs
+        return [t[i] for i in first], [t[i].req.arrival_s for i in first]
+
+    def _finish_closed(self, rep, job):
+        """Finish a turn: its output blocks become reusable, and the next turn is released after
+        the think time."""
+        n = job.ext_full
+        if n > job.pinned:
+            rep.cache.complete_blocks(job.ps, job.pl, job.pinned, n)
+            job.private -= n - job.pinned
+            job.pinned = n
+        Simulator._finish(self, rep, job)
+        b = self._next_turn[job.req.index]
+        if b >= 0:
+            self._push(self.now + self._think[b], _ARRIVAL, self.jobs[b])
+
+    def _arrive_released(self, job):
+        """A closed-loop turn arrives (released by its previous turn's finish)."""
+        req = job.req
+        req.arrival_s = self.now
+        self._pending_turns -= 1
+        r = self.router.route(req)
+        if r is None:     # held in the router's own queue; it calls dispatch() later
+            return
+        req.drop_hash_ids()
+        if not (0 <= r < self.num_replicas):
+            raise ValueError(f"router {type(self.router).__name__} returned replica {r!r} for request "
+                             f"{req.request_id!r}; valid replicas are 0..{self.num_replicas - 1}")
+        rep = self.replicas[r]
+        job.replica = r
+        rep.waiting.append(job)
+        self._sample_queue(rep)
+        if not rep.busy:
+            if not rep.kick_pending:   # after every arrival at this instant, as the trace path does
+                rep.kick_pending = True
+                self._push(self.now, _KICK, rep)
+        elif rep.op_kind == "stretch":
+            self._cut_stretch(rep)
 
     def _progress_bar(self, n):
         show = self.progress
@@ -628,7 +718,8 @@ class Simulator:
 
 
 def simulate(trace, router, cluster, seed: int = 0, progress: bool | None = None,
-             kv_event_lag_s: float = 0.0, load_lag_s: float = 0.0) -> SimResult:
+             kv_event_lag_s: float = 0.0, load_lag_s: float = 0.0, *, sessions=None,
+             think_s: float | None = None) -> SimResult:
     """Replay ``trace`` through ``router`` on ``cluster``.
 
     Parameters
@@ -648,6 +739,15 @@ def simulate(trace, router, cluster, seed: int = 0, progress: bool | None = None
         instantly (bit-identical to a run without lag).
     load_lag_s : float >= 0
         Load figures are snapshots refreshed every this many seconds; 0 = live.
+    sessions : btb_core.sessions.SessionPlan, optional
+        Closed-loop replay (``trace`` must be ``sessions.trace``): a session's first turn arrives
+        at its trace time; turn k+1 is released when turn k finishes plus a think time, and a
+        finished turn's output blocks stay cached (its extended path), so turn k+1 can reuse them.
+        The per-request table then gains ``session_id`` and ``turn`` (``arrival_s`` is the release
+        time), and the metrics per-session keys (:func:`btb_core.sessions.session_table`).
+    think_s : float, optional
+        Mean of exponential think times (seconds, seeded from ``seed``); default: the trace's gap
+        between consecutive turns' arrivals (``sessions.gap_s``).
 
     Returns
     -------
@@ -661,4 +761,5 @@ def simulate(trace, router, cluster, seed: int = 0, progress: bool | None = None
         If a request can never fit a replica's KV budget, or arrivals are not sorted.
     """
     return Simulator(trace, router, cluster, seed=seed, progress=progress,
-                     kv_event_lag_s=kv_event_lag_s, load_lag_s=load_lag_s).run()
+                     kv_event_lag_s=kv_event_lag_s, load_lag_s=load_lag_s, sessions=sessions,
+                     think_s=think_s).run()

@@ -151,6 +151,29 @@ def run_metrics(requests: pd.DataFrame, transfers: pd.DataFrame, cost, busy_s: n
     return m
 
 
+def session_metrics(sessions: pd.DataFrame) -> dict:
+    """Run metrics of a per-session table (:func:`btb_core.sessions.session_table`).
+
+    Keys: ``sessions``, ``session_turns_mean``, ``session_duration_{mean,p50,p95}_s`` (first arrival
+    to last finish), ``session_ttft_mean_s`` (mean over sessions of their mean TTFT) and
+    ``session_output_tokens_per_s_mean`` (over sessions with a positive duration).
+    """
+    d = sessions["duration_s"].to_numpy()
+    m = {"sessions": int(len(sessions)),
+         "session_turns_mean": float(sessions["turns"].mean()) if len(sessions) else float("nan")}
+    if len(d):
+        p50, p95 = np.percentile(d, [50, 95])
+        m.update({"session_duration_mean_s": float(d.mean()), "session_duration_p50_s": float(p50),
+                  "session_duration_p95_s": float(p95)})
+    else:
+        m.update({k: float("nan") for k in ("session_duration_mean_s", "session_duration_p50_s",
+                                             "session_duration_p95_s")})
+    m["session_ttft_mean_s"] = float(sessions["ttft_mean_s"].mean()) if len(d) else float("nan")
+    tps = sessions["output_tokens_per_s"].dropna()
+    m["session_output_tokens_per_s_mean"] = float(tps.mean()) if len(tps) else float("nan")
+    return m
+
+
 def _columns_frame(cols, names) -> pd.DataFrame:
     """A table from equal-length column lists; typed as a list of row tuples would be (an empty
     table has object columns, as ``pd.DataFrame([], columns=names)``)."""
@@ -199,6 +222,13 @@ def build_result(sim) -> SimResult:
                        minlength=sim.num_replicas)
     metrics = run_metrics(df, tr, sim.cost, busy)
     metrics["events"] = int(sim.events)
+    plan = getattr(sim, "sessions", None)
+    if plan is not None:
+        from ..sessions import session_table
+
+        df["session_id"] = plan.session
+        df["turn"] = plan.turn
+        metrics.update(session_metrics(session_table(df)))
     peaks = {
         "peak_hbm_blocks": max(r.cache.peak_hbm_blocks for r in sim.replicas),
         "peak_dram_blocks": max(r.cache.peak_dram_blocks for r in sim.replicas),
