@@ -62,6 +62,10 @@ def register(sub) -> None:
     p.add_argument("--think-s", type=float, default=None, metavar="SECONDS",
                    help="with --closed-loop: exponential think time of this mean, seeded by --seed "
                         "(default: the trace's gap between consecutive turns)")
+    p.add_argument("--kv-admission", default="reserve", choices=("reserve", "paged"),
+                   help="trace mode: reserve (default) = KV for prompt + output reserved at admission, "
+                        "no preemption; paged = blocks allocated as decode grows, the newest running "
+                        "request preempted and recomputed when KV runs out (vLLM)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--out", type=Path, help="write the per-request table (parquet)")
     p.add_argument("--overwrite", action="store_true", help="allow --out to replace an existing file")
@@ -151,6 +155,9 @@ def _check_session_args(args) -> None:
         raise ConfigError("--think-s needs --closed-loop")
     if args.think_s is not None and not (args.think_s >= 0 and args.think_s != float("inf")):
         raise ConfigError(f"--think-s {args.think_s}: must be a number >= 0 (seconds)")
+    if args.kv_admission != "reserve" and args.dataset is not None:
+        raise ConfigError(f"--kv-admission {args.kv_admission} is for --trace mode; dataset mode "
+                          "replays with reserve admission")
     if args.closed_loop and args.dataset is not None:
         raise ConfigError("--closed-loop replays one trace's sessions; use it with --trace, not --dataset")
 
@@ -191,7 +198,7 @@ def run(args) -> int:
         raise ConfigError(f"{args.trace} holds {n} windows ({trace.group_column}), each with its own "
                           f"clock; replay it window by window with --dataset {where}")
     cluster = ClusterConfig.from_setup(args.setup[0], num_replicas=args.replicas, scheduler=args.scheduler,
-                                       attention=not args.linear)
+                                       attention=not args.linear, kv_admission=args.kv_admission)
     router = _router(args.policy[0], args.router_param, args.routers, args.router_assign,
                      args.router_sync_s)
     progress = (not args.json) and sys.stderr.isatty()
@@ -205,6 +212,7 @@ def run(args) -> int:
                "routers": args.routers, "router_assign": args.router_assign,
                "router_sync_s": args.router_sync_s, "kv_event_lag_s": args.kv_event_lag_s,
                "load_lag_s": args.load_lag_s,
+               **({"kv_admission": args.kv_admission} if args.kv_admission != "reserve" else {}),
                **({"closed_loop": True, "think_s": args.think_s if args.think_s is not None else "trace gap"}
                   if plan is not None else {}),
                **result.metrics}

@@ -4,10 +4,10 @@ Semantics: docs/DESIGN.md section 4 and the module docstrings of ``engine``, ``r
 ``kvcache``. Entry point: :func:`simulate`.
 """
 
-from .cluster import SCHEDULERS, ClusterConfig
+from .cluster import KV_ADMISSIONS, SCHEDULERS, ClusterConfig
 from .engine import Simulator, simulate
 from .metrics import REQUEST_COLUMNS, SimResult
 from .request import Request
 
-__all__ = ["SCHEDULERS", "ClusterConfig", "Request", "REQUEST_COLUMNS", "SimResult", "Simulator",
+__all__ = ["KV_ADMISSIONS", "SCHEDULERS", "ClusterConfig", "Request", "REQUEST_COLUMNS", "SimResult", "Simulator",
            "simulate"]

@@ -8,6 +8,10 @@ from ..errors import ConfigError
 
 SCHEDULERS = ("prefill_first", "chunked")
 
+#: KV admission rules: ``reserve`` (KV for prompt + output reserved at admission, no preemption) and
+#: ``paged`` (blocks allocated as decode grows; recompute preemption when they run out).
+KV_ADMISSIONS = ("reserve", "paged")
+
 #: Default host-DRAM KV tier per replica, bytes. A DGX H100 node has 2 TB of system memory
 #: (NVIDIA DGX H100 datasheet); we give half of it to the KV cache.
 DEFAULT_DRAM_CAPACITY_BYTES = 1_000_000_000_000
@@ -48,6 +52,17 @@ class ClusterConfig:
         Disk (NVMe) KV tier, bytes per replica or in total when ``disk_shared`` (0 disables it).
     disk_shared : bool
         One disk tier shared by every replica (e.g. a shared NVMe-oF pool) instead of one each.
+    kv_admission : {"reserve", "paged"}
+        ``reserve`` (default): admission reserves KV for prompt + output, so nothing is ever
+        preempted. ``paged``: admission allocates the prompt's blocks only, decode allocates a block
+        whenever a request's context crosses a block boundary, and when the budget runs out the most
+        recently admitted running request is preempted: its blocks are freed (complete prefix blocks
+        stay cached as evictable) and it is put back at the head of the waiting queue, to be
+        recomputed (prompt + tokens generated so far) when admitted again, as vLLM's recompute
+        preemption does (``vllm/v1/core/sched/scheduler.py`` at commit ``00024d31``:
+        ``Scheduler.schedule`` pops ``self.running`` (the last admitted) when ``allocate_slots``
+        fails, and ``_preempt_request`` frees its blocks, resets its computed tokens to 0 and
+        prepends it to ``self.waiting``).
 
     Raises
     ------
@@ -65,6 +80,7 @@ class ClusterConfig:
     dram_capacity_bytes: float = DEFAULT_DRAM_CAPACITY_BYTES
     disk_capacity_bytes: float = 0
     disk_shared: bool = False
+    kv_admission: str = "reserve"
     setup_name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -78,6 +94,8 @@ class ClusterConfig:
             bad("num_replicas", self.num_replicas, "must be an integer >= 1")
         if self.scheduler not in SCHEDULERS:
             bad("scheduler", self.scheduler, f"must be one of {SCHEDULERS}")
+        if self.kv_admission not in KV_ADMISSIONS:
+            bad("kv_admission", self.kv_admission, f"must be one of {KV_ADMISSIONS}")
         if not isinstance(self.chunk_tokens, int) or self.chunk_tokens < 1:
             bad("chunk_tokens", self.chunk_tokens, "must be an integer >= 1")
         if not isinstance(self.max_running, int) or self.max_running < 1:

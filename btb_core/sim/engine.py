@@ -52,6 +52,24 @@ class Transfer:
         self.pl = pl
 
 
+class _Resumed:
+    """A preempted request being recomputed: prompt + tokens generated before the preemption, and
+    the tokens still to generate (``orig`` is the trace's request, restored at finish)."""
+
+    __slots__ = ("orig", "index", "request_id", "arrival_s", "input_length", "output_length")
+
+    def __init__(self, orig, input_length, output_length):
+        self.orig = orig
+        self.index = orig.index
+        self.request_id = orig.request_id
+        self.arrival_s = orig.arrival_s
+        self.input_length = input_length
+        self.output_length = output_length
+
+    def drop_hash_ids(self):
+        pass
+
+
 class Simulator:
     """Runs one trace through one router on one cluster. Implements the router's ClusterView.
 
@@ -118,6 +136,9 @@ class Simulator:
         self.blocks: BlockIndex | None = None
         self._pc_obj = None           # last id sequence given to cached_blocks, and its pieces
         self._pc_val = None
+        self.paged = cluster.kv_admission == "paged"
+        if self.paged:
+            self._paged_setup()
 
     # ------------------------------------------------------------------ ClusterView
     @property
@@ -451,6 +472,173 @@ class Simulator:
         elif rep.op_kind == "stretch":
             self._cut_stretch(rep)
 
+    # ------------------------------------------------------------------ paged KV admission
+    def _paged_setup(self):
+        """``kv_admission="paged"``: wrap admission, stretches, chunked iterations, first tokens and
+        finishes (the reserve path keeps the plain methods, untouched)."""
+        self.preemptions = 0
+        self.preempted_tokens = 0          # KV tokens discarded by preemptions
+        self.recomputed_after_preemption = 0   # tokens prefilled again at re-admission
+        self._admit_seq = 0
+        self._no_admit = None              # a replica that preempted in this planning round
+        self._first_admit = {}             # job -> its first admission's per-request figures
+        self._n_preempt = {}               # job -> preemptions
+        self._base_try_admit = self._try_admit
+        self._try_admit = self._try_admit_paged
+        self._start_stretch = self._start_stretch_paged
+        self._base_plan_chunked = self._plan_chunked
+        self._plan_chunked = self._plan_chunked_paged
+        self._base_first_token = self._first_token
+        self._first_token = self._first_token_paged
+
+    def _try_admit_paged(self, rep, job) -> bool:
+        if self._no_admit is rep:
+            return False
+        req = job.req
+        bt = self.block_tokens
+        if -(-(req.input_length + req.output_length) // bt) > rep.cache.capacity_blocks:
+            raise ConfigError(
+                f"request {req.request_id!r} needs {-(-(req.input_length + req.output_length) // bt)} "
+                f"KV blocks ({req.input_length} + {req.output_length} tokens) but replica HBM holds "
+                f"{rep.cache.capacity_blocks}; use a larger node or a smaller request")
+        if not self._base_try_admit(rep, job):
+            return False
+        self._admit_seq += 1
+        job.admit_seq = self._admit_seq
+        if isinstance(req, _Resumed):
+            self.recomputed_after_preemption += req.input_length - job.reused_tokens
+        return True
+
+    def _decode_jobs(self, rep):
+        return [e[2] for e in rep.decode_heap]
+
+    def _growth(self, rep, jobs, k):
+        """Blocks the decode batch must add to run ``k`` more steps (per job: KV of its context
+        after those steps, in blocks, minus the blocks it holds)."""
+        bt = self.block_tokens
+        steps = rep.steps_done
+        total = 0
+        for j in jobs:
+            need = -(-(j.join_ctx - 1 + steps - j.join_step + k) // bt) - j.pinned - j.private
+            if need > 0:
+                total += need
+        return total
+
+    def _allocate_decode(self, rep, k):
+        """Allocate what the decode batch needs for ``k`` steps; returns the largest ``k' <= k``
+        that fits (0: not even one step fits). Allocation happens for ``k'`` steps at once."""
+        jobs = self._decode_jobs(rep)
+        cache = rep.cache
+        free = cache.capacity_blocks - cache.used_slots
+        if self._growth(rep, jobs, k) > free:
+            lo, hi = 0, k - 1                # largest k' in [0, k) that fits
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self._growth(rep, jobs, mid) <= free:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            k = lo
+        if k:
+            bt = self.block_tokens
+            steps = rep.steps_done
+            add = 0
+            for j in jobs:
+                need = -(-(j.join_ctx - 1 + steps - j.join_step + k) // bt) - j.pinned - j.private
+                if need > 0:
+                    j.private += need
+                    add += need
+            if add:
+                cache.reserve_private(add)
+        return k
+
+    def _preempt_newest(self, rep):
+        """Preempt the most recently admitted running request of ``rep`` (recompute later)."""
+        victims = self._decode_jobs(rep) + list(rep.prefilling)
+        job = max(victims, key=lambda j: j.admit_seq)
+        req = job.req
+        if job.first_token_s >= 0 and job in self._decode_jobs(rep):
+            done = rep.steps_done - job.join_step          # decode steps done
+            rep.decode_heap = [e for e in rep.decode_heap if e[2] is not job]
+            heapq.heapify(rep.decode_heap)
+            rep.n_decode -= 1
+            rep.ctx_tokens -= job.join_ctx + done
+            generated = 1 + done                           # the prefill's token + decode steps
+            kv_tokens = req.input_length + done
+        else:
+            rep.prefilling.remove(job)
+            generated = 0
+            kv_tokens = job.done_tokens
+        rep.cache.release(job.ps, job.pl, job.pinned, job.private)
+        job.pinned = job.private = 0
+        job.done_tokens = 0
+        if job not in self._first_admit:
+            self._first_admit[job] = (job.admit_s, job.reused_tokens, job.hit_hbm, job.hit_dram,
+                                      job.hit_disk, job.load_s, job.reuse_tier)
+        self._n_preempt[job] = self._n_preempt.get(job, 0) + 1
+        if generated:
+            orig = req.orig if isinstance(req, _Resumed) else req
+            job.req = _Resumed(orig, req.input_length + generated, req.output_length - generated)
+        self.preemptions += 1
+        self.preempted_tokens += kv_tokens
+        rep.waiting.appendleft(job)
+        self._sample_queue(rep)
+        self._no_admit = rep
+
+    def _start_stretch_paged(self, rep):
+        while rep.n_decode:
+            k = rep.decode_heap[0][0] - rep.steps_done
+            k = self._allocate_decode(rep, k)
+            if k:
+                n, ctx = rep.n_decode, rep.ctx_tokens
+                self._start_op(rep, "stretch", self.decode.stretch_s(n, ctx, k), (n, ctx, k))
+                self._no_admit = None
+                return
+            self._preempt_newest(rep)
+        # everything was preempted: idle, and plan again at once (the next engine step)
+        self._no_admit = None
+        rep.busy = False
+        rep.op_kind = None
+        if not rep.kick_pending:
+            rep.kick_pending = True
+            self._push(self.now, _KICK, rep)
+
+    def _plan_chunked_paged(self, rep):
+        before = self.preemptions
+        while rep.n_decode and not self._allocate_decode(rep, 1):
+            self._preempt_newest(rep)
+        try:
+            self._base_plan_chunked(rep)
+        finally:
+            self._no_admit = None
+        if self.preemptions != before and not rep.busy and rep.waiting and not rep.kick_pending:
+            rep.kick_pending = True
+            self._push(self.now, _KICK, rep)
+
+    def _first_token_paged(self, rep, job):
+        if isinstance(job.req, _Resumed):     # recomputed after a preemption: the user already
+            if job.req.output_length <= 1:    # has its first token
+                self._finish(rep, job)
+            else:
+                req = job.req
+                job.join_ctx = req.input_length + 1
+                job.join_step = rep.steps_done
+                rep.ctx_tokens += job.join_ctx
+                rep.n_decode += 1
+                self._seq += 1
+                heapq.heappush(rep.decode_heap, (rep.steps_done + req.output_length - 1, self._seq, job))
+            return
+        self._base_first_token(rep, job)
+
+    def _restore_paged(self, job):
+        """At finish: the original request and its first admission's figures back on the job."""
+        if isinstance(job.req, _Resumed):
+            job.req = job.req.orig
+        first = self._first_admit.get(job)
+        if first is not None:
+            (job.admit_s, job.reused_tokens, job.hit_hbm, job.hit_dram, job.hit_disk, job.load_s,
+             job.reuse_tier) = first
+
     def _progress_bar(self, n):
         show = self.progress
         if show is None:
@@ -485,7 +673,7 @@ class Simulator:
                 n_d = n_k = 0
                 load = 0.0
         m = n_h + n_d + n_k
-        total_blocks = -(-(req.input_length + req.output_length) // bt)
+        total_blocks = -(-(req.input_length + (0 if self.paged else req.output_length)) // bt)
         private = total_blocks - m
         # slots needed: loaded blocks + new prompt blocks + private tail; LRU hits move to pinned
         lru_hits = cache.lru_hits(job.ps, job.pl, n_h) if n_h else 0
@@ -534,6 +722,8 @@ class Simulator:
             job.pinned = new_pinned
 
     def _finish(self, rep, job):
+        if self.paged:
+            self._restore_paged(job)
         job.finish_s = self.now
         rep.cache.release(job.ps, job.pl, job.pinned, job.private)
         job.pinned = job.private = 0

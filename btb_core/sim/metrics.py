@@ -222,6 +222,11 @@ def build_result(sim) -> SimResult:
                        minlength=sim.num_replicas)
     metrics = run_metrics(df, tr, sim.cost, busy)
     metrics["events"] = int(sim.events)
+    if getattr(sim, "paged", False):
+        df["preemptions"] = np.fromiter((sim._n_preempt.get(j, 0) for j in jobs), np.int64, n)
+        metrics["preemptions"] = int(sim.preemptions)
+        metrics["preempted_kv_tokens"] = int(sim.preempted_tokens)
+        metrics["preemption_recomputed_tokens"] = int(sim.recomputed_after_preemption)
     plan = getattr(sim, "sessions", None)
     if plan is not None:
         from ..sessions import session_table

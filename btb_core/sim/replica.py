@@ -29,7 +29,7 @@ class Job:
 
     __slots__ = ("req", "ps", "pl", "full", "replica", "admit_s", "first_token_s",
                  "finish_s", "done_tokens", "reused_tokens", "hit_hbm", "hit_dram", "hit_disk",
-                 "load_s", "pinned", "private", "join_ctx", "join_step", "reuse_tier", "ext_full")
+                 "load_s", "pinned", "private", "join_ctx", "join_step", "reuse_tier", "ext_full", "admit_seq")
 
     def __init__(self, req, piece_starts, piece_lens, full):
         self.req = req
