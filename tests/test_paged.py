@@ -89,3 +89,18 @@ def test_cli_kv_admission(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["replay", "--trace", str(path), "--kv-admission", "lazy"])
     assert exc.value.code == 2 and "invalid choice: 'lazy'" in capsys.readouterr().err
+
+
+def test_paged_with_closed_loop_sessions():
+    from btb_core.sessions import infer_sessions, plan_sessions
+
+    tr = load_trace(shipped_traces()["mooncake_conversation"]).rows(0, 600)
+    plan = plan_sessions(infer_sessions(tr))
+    res = simulate(plan.trace, policy_class("cache_aware")(),
+                   ClusterConfig.from_setup("70b_h100x4", num_replicas=2, kv_admission="paged"),
+                   sessions=plan, think_s=0.5)
+    req = res.requests
+    assert len(req) == 600 and (req["finish_s"] >= req["arrival_s"]).all()
+    assert res.metrics["preemptions"] > 0
+    b = plan.prev >= 0
+    assert (req["arrival_s"].to_numpy()[b] > req["finish_s"].to_numpy()[plan.prev[b]]).all()
