@@ -94,3 +94,14 @@ def test_cli_closed_loop(tmp_path, capsys):
                      (["--closed-loop", "--think-s", "-2"], "--think-s -2.0: must be a number >= 0")):
         assert main(["replay", "--trace", str(path)] + bad) == 2
         assert msg in capsys.readouterr().err
+
+
+def test_closed_loop_with_stale_views_and_router_instances():
+    tr = load_trace(shipped_traces()["mooncake_conversation"]).rows(0, 300)
+    plan = plan_sessions(infer_sessions(tr))
+    res = simulate(plan.trace, policy_class("cache_aware")(), ClusterConfig.from_setup("70b_h100x4"),
+                   kv_event_lag_s=0.5, load_lag_s=1.0, sessions=plan, think_s=1.0)
+    req = res.requests
+    assert len(req) == 300 and (req["finish_s"] >= req["arrival_s"]).all()
+    b = plan.prev >= 0
+    assert (req["arrival_s"].to_numpy()[b] > req["finish_s"].to_numpy()[plan.prev[b]]).all()
