@@ -25,7 +25,7 @@ def small_trace(tmp_path_factory):
 
 
 @pytest.mark.parametrize("policy", ["round_robin", "random", "power_of_two", "least_load", "cache_aware",
-                                    "kv_aware", "llm_d", "btb"])
+                                    "kv_aware", "llm_d", "btb", "btb_adaptive"])
 def test_replay_trace_every_policy_json(small_trace, policy, capsys):
     assert main(["replay", "--trace", str(small_trace), "--policy", policy, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

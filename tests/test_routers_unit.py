@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from btb_core.cost import cost_model_for_setup
 from btb_core.errors import ConfigError
 from btb_core.routers import POLICIES, make_router, parse_router_params
 from btb_core.routers.btb import BTBRouter
@@ -44,6 +45,11 @@ class FakeView:
         self.chunk_tokens = 8192
         self.queued_tokens = [0] * n
         self.dispatched: list[tuple] = []
+        self.cost = cost_model_for_setup("70b_h100x4")
+        self.scheduler = "chunked"
+        self.free = [10_000] * n
+        self.pins: list[tuple] = []
+        self.holds: list[tuple] = []
 
     def queue_length(self, r): return self.queue[r]
     def queued_prompt_tokens(self, r): return self.queued_tokens[r]
@@ -61,15 +67,35 @@ class FakeView:
             k += 1
         return k
 
-    def start_transfer(self, src, dst, hash_ids, pause_destination=False):
+    def ingress_backlog_s(self, r): return 0.0
+    def hbm_free_blocks(self, r): return self.free[r]
+
+    def pin_prefix(self, r, hash_ids):
+        k = self.cached_blocks(r, hash_ids, ("hbm",))
+        self.pins.append((r, tuple(hash_ids), k))
+        return k
+
+    def unpin_prefix(self, r, hash_ids, n):
+        self.pins.remove((r, tuple(hash_ids), n))
+
+    def hold_prefix(self, r, hash_ids, until_s):
+        self.holds.append((r, tuple(hash_ids), until_s))
+
+    def release_hold(self, r, hash_ids):
+        self.holds = [h for h in self.holds if h[:2] != (r, tuple(hash_ids))]
+
+    def start_transfer(self, src, dst, hash_ids, pause_destination=False, from_block=0, hold=False):
         if src == dst or self.cached_blocks(src, hash_ids) < len(hash_ids):
             raise ValueError("source does not hold the blocks")
-        self.transfers.append((src, dst, tuple(hash_ids), pause_destination))
+        if from_block or hold:
+            self.transfers.append((src, dst, tuple(hash_ids), pause_destination, from_block, hold))
+        else:
+            self.transfers.append((src, dst, tuple(hash_ids), pause_destination))
         self.egress[src] += 1.0
         return len(self.transfers) - 1
 
     def land(self, tid):
-        src, dst, hash_ids, _ = self.transfers[tid]
+        src, dst, hash_ids = self.transfers[tid][:3]
         self.cache[dst]["hbm"].update(hash_ids)
         self.router.on_transfer_done(tid, src, dst, len(hash_ids))
 
@@ -91,7 +117,7 @@ def setup(router, n=4, seed=0):
 # -- table and parameters -------------------------------------------------------------------------
 def test_policy_table_names():
     assert sorted(POLICIES) == sorted(["round_robin", "random", "power_of_two", "least_load",
-                                       "cache_aware", "kv_aware", "llm_d", "btb"])
+                                       "cache_aware", "kv_aware", "llm_d", "btb", "btb_adaptive"])
     for name, cls in POLICIES.items():
         assert cls.name == name
 

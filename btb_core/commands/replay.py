@@ -27,7 +27,7 @@ def register(sub) -> None:
     src.add_argument("--dataset", type=Path, help="a Bursted dataset directory (experiment mode)")
     p.add_argument("--split", default="test", help="dataset split (experiment mode; default test)")
     p.add_argument("--policy", nargs="+", default=["cache_aware"],
-                   help="policy name(s): round_robin random power_of_two least_load cache_aware kv_aware llm_d btb")
+                   help="policy name(s): round_robin random power_of_two least_load cache_aware kv_aware llm_d btb btb_adaptive")
     p.add_argument("--setup", nargs="+", default=["70b_h100x4"],
                    help="model x hardware setup(s), e.g. 70b_h100x4 qwen3_8b_h100x4 (default 70b_h100x4)")
     p.add_argument("--replicas", type=int, default=4, help="replicas (default 4)")

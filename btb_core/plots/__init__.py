@@ -25,7 +25,7 @@ if os.environ.get("BTB_CHART_RENDERER"):
 
 #: Fixed policy order so every chart reads the same way.
 POLICY_ORDER = ["round_robin", "random", "power_of_two", "least_load", "cache_aware", "kv_aware",
-                "llm_d", "btb"]
+                "llm_d", "btb", "btb_adaptive"]
 
 
 def policy_order(policies) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..errors import ConfigError
 from .base import ClusterView, Router
 from .btb import BTBRouter
+from .btb_adaptive import BTBAdaptiveRouter
 from .cache_aware import CacheAwareRouter
 from .kv_aware import KvAwareRouter
 from .least_load import LeastLoadRouter
@@ -24,6 +25,7 @@ POLICIES: dict[str, type[Router]] = {
     KvAwareRouter.name: KvAwareRouter,
     LlmDRouter.name: LlmDRouter,
     BTBRouter.name: BTBRouter,
+    BTBAdaptiveRouter.name: BTBAdaptiveRouter,
 }
 
 

@@ -28,6 +28,11 @@ class ClusterView(Protocol):
     block_tokens: int
     chunk_tokens: int
     rng: "np.random.Generator"
+    #: The replicas' cost model (:class:`btb_core.cost.CostModel`): a deployed router would use a
+    #: profiled model of the same engine.
+    cost: object
+    #: ``"prefill_first"`` or ``"chunked"``.
+    scheduler: str
 
     @property
     def now_s(self) -> float:
@@ -66,12 +71,41 @@ class ClusterView(Protocol):
         """Send a request the router held back (its :meth:`Router.route` returned None) to
         ``replica`` now (a router-side queue, as Dynamo's ``router_queue_threshold``)."""
 
+    def ingress_backlog_s(self, replica: int) -> float:
+        """Seconds until ``replica``'s ingress NIC is free of queued/active transfers."""
+
+    def hbm_free_blocks(self, replica: int) -> int:
+        """HBM KV blocks of ``replica`` not held by running requests, copies or pins (free slots
+        plus evictable LRU blocks): room a copy can take without evicting blocks in use."""
+
+    def pin_prefix(self, replica: int, hash_ids: Sequence[int]) -> int:
+        """Pin the leading blocks of ``hash_ids`` that sit in ``replica``'s HBM (they cannot be
+        evicted until :meth:`unpin_prefix`); returns how many were pinned."""
+
+    def unpin_prefix(self, replica: int, hash_ids: Sequence[int], num_blocks: int) -> None:
+        """Undo :meth:`pin_prefix` of ``num_blocks`` leading blocks."""
+
+    def hold_prefix(self, replica: int, hash_ids: Sequence[int], until_s: float) -> None:
+        """Until ``until_s`` (or :meth:`release_hold`), requests on ``replica`` that would reuse
+        more of ``hash_ids`` than it holds now wait instead of recomputing (other requests are
+        scheduled past them); for a copy that will start later (pipelined copies)."""
+
+    def release_hold(self, replica: int, hash_ids: Sequence[int]) -> None:
+        """End a :meth:`hold_prefix` of exactly ``hash_ids``."""
+
     def start_transfer(self, src: int, dst: int, hash_ids: Sequence[int],
-                       pause_destination: bool = False) -> int:
+                       pause_destination: bool = False, from_block: int = 0,
+                       hold: bool = False) -> int:
         """Start an RDMA copy of the blocks ``hash_ids`` (a prefix) from ``src`` to ``dst``.
 
         The copy queues FIFO behind earlier transfers on ``src``'s egress and ``dst``'s ingress NIC.
         With ``pause_destination`` the destination starts no new iteration until the copy lands.
+        ``from_block`` > 0 sends only blocks ``from_block ..`` (the destination received the
+        earlier ones from a previous copy: a pipelined copy's next chunk); time and bytes count
+        those blocks only. With ``hold`` the destination's requests that would reuse more of
+        ``hash_ids`` than it holds wait for the copy instead of recomputing (as an engine waits
+        for a request's remote KV; vLLM's ``WAITING_FOR_REMOTE_KVS`` state), and other requests
+        are scheduled past them.
 
         Returns a transfer id; :meth:`Router.on_transfer_done` is called when it lands in
         ``dst``'s HBM. Raises ``ValueError`` if ``src`` does not hold all of ``hash_ids`` as complete
@@ -117,3 +151,7 @@ class Router:
 
     def apply_index_updates(self, updates: list) -> None:
         """Apply another instance's :meth:`index_updates` to this router's prefix index."""
+
+    # Optional hooks, called only when a router defines them (no cost for the others):
+    # ``on_blocks_complete(request, replica, complete_blocks)`` after a prefill chunk makes more of
+    # a prompt's leading blocks complete, and ``on_run_end()`` after the last event.

@@ -100,6 +100,8 @@ class Simulator:
         self.chunk_tokens = cluster.chunk_tokens
         self.progress = progress
         self.chunked = cluster.scheduler == "chunked"
+        self.scheduler = cluster.scheduler
+        self.chunk_tokens = cluster.chunk_tokens
         self.decode = DecodeModel(self.cost)
         self.kv_bytes_per_token = self.cost.kv_bytes_per_token
         self.capacity_blocks = cluster.hbm_capacity_blocks(self.block_tokens)
@@ -134,6 +136,7 @@ class Simulator:
         self.events = 0
         self.jobs: list[Job] = []
         self.blocks: BlockIndex | None = None
+        self._on_blocks = getattr(router, "on_blocks_complete", None)
         self._pc_obj = None           # last id sequence given to cached_blocks, and its pieces
         self._pc_val = None
         self.paged = cluster.kv_admission == "paged"
@@ -220,7 +223,55 @@ class Simulator:
     def egress_backlog_s(self, replica: int) -> float:
         return max(0.0, self.replicas[replica].egress_free_s - self.now)
 
-    def start_transfer(self, src, dst, hash_ids, pause_destination=False) -> int:
+    def ingress_backlog_s(self, replica: int) -> float:
+        return max(0.0, self.replicas[replica].ingress_free_s - self.now)
+
+    def hbm_free_blocks(self, replica: int) -> int:
+        cache = self.replicas[replica].cache
+        return cache.capacity_blocks - cache.used_slots
+
+    def pin_prefix(self, replica, hash_ids) -> int:
+        hash_ids = tuple(hash_ids)
+        pieces = self._pieces(hash_ids)
+        if pieces is None:
+            raise ValueError("pin_prefix: hash_ids must be a leading part of a request's hash_ids")
+        cache = self.replicas[replica].cache
+        k = cache.hbm_prefix(pieces[0], pieces[1], len(hash_ids))
+        cache.pin_existing(pieces[0], pieces[1], k)
+        return k
+
+    def unpin_prefix(self, replica, hash_ids, num_blocks) -> None:
+        hash_ids = tuple(hash_ids)
+        pieces = self._pieces(hash_ids)
+        if pieces is None:
+            raise ValueError("unpin_prefix: hash_ids must be a leading part of a request's hash_ids")
+        self.replicas[replica].cache.unpin(pieces[0], pieces[1], num_blocks)
+        rep = self.replicas[replica]
+        if not rep.busy and rep.waiting and not rep.kick_pending:
+            rep.kick_pending = True
+            self._push(self.now, _KICK, rep)
+
+    def hold_prefix(self, replica, hash_ids, until_s) -> None:
+        if not until_s > self.now:
+            return
+        hash_ids = tuple(hash_ids)
+        if not hash_ids:
+            raise ValueError("hold_prefix: no blocks")
+        rep = self.replicas[replica]
+        rep.holds.append((hash_ids[0], hash_ids, float(until_s), None))
+        self._push(float(until_s), _KICK, rep)
+
+    def release_hold(self, replica, hash_ids) -> None:
+        rep = self.replicas[replica]
+        hash_ids = tuple(hash_ids)
+        before = len(rep.holds)
+        rep.holds = [h for h in rep.holds if h[1] != hash_ids or h[3] is not None]
+        if len(rep.holds) != before and not rep.busy and rep.waiting and not rep.kick_pending:
+            rep.kick_pending = True
+            self._push(self.now, _KICK, rep)
+
+    def start_transfer(self, src, dst, hash_ids, pause_destination=False, from_block=0,
+                       hold=False) -> int:
         n = self.num_replicas
         if not (0 <= src < n and 0 <= dst < n):
             raise ValueError(f"start_transfer: replicas must be in [0, {n}), got src={src} dst={dst}")
@@ -242,7 +293,9 @@ class Simulator:
             raise ValueError(f"start_transfer: replica {src} holds only {have} of the "
                              f"{len(hash_ids)} complete blocks requested")
         ps, pl = pieces
-        tokens = len(hash_ids) * self.block_tokens
+        if not (isinstance(from_block, int) and 0 <= from_block < len(hash_ids)):
+            raise ValueError(f"start_transfer: from_block={from_block!r} must be in [0, {len(hash_ids)})")
+        tokens = (len(hash_ids) - from_block) * self.block_tokens
         dest = self.replicas[dst]
         start = max(self.now, source.egress_free_s, dest.ingress_free_s)
         end = start + self.cost.load_s("rdma", tokens)
@@ -250,6 +303,7 @@ class Simulator:
         dest.ingress_free_s = end
         tr = Transfer(len(self.transfers), src, dst, hash_ids, tokens * self.kv_bytes_per_token,
                       self.now, start, end, ps, pl)
+        tr.num_blocks = len(hash_ids) - from_block    # blocks sent (a pipelined chunk: the new ones)
         cache = source.cache
         pinned = cache.hbm_prefix(ps, pl, len(hash_ids))  # blocks in HBM: a leading part
         cache.pin_existing(ps, pl, pinned)
@@ -258,6 +312,8 @@ class Simulator:
         if pause_destination and end > dest.paused_until:
             dest.paused_until = end
         self._push(end, _TRANSFER, tr)
+        if hold:
+            dest.holds.append((hash_ids[0], hash_ids, float("inf"), tr.tid))
         return tr.tid
 
     # ------------------------------------------------------------------ event plumbing
@@ -397,6 +453,9 @@ class Simulator:
             elif rep.op_kind == "stretch":
                 self._cut_stretch(rep)
         self.events = events
+        end_hook = getattr(router, "on_run_end", None)
+        if end_hook is not None:
+            end_hook()
         if bar is not None:
             bar.update(n - bar.n)
             bar.close()
@@ -701,6 +760,49 @@ class Simulator:
             self._mark_served(rep, job, m)
         return True
 
+    def _first_unheld(self, rep, start: int = 0):
+        """Index of the first waiting request from ``start`` that no hold makes wait (requests
+        waiting for a copy in flight are skipped, as vLLM's scheduler skips requests waiting for
+        remote KV), or None."""
+        waiting = rep.waiting
+        if not rep.holds:
+            return start if start < len(waiting) else None
+        bt = self.block_tokens
+        for i in range(start, len(waiting)):
+            job = waiting[i]
+            limit = (job.req.input_length - 1) // bt
+            if limit > job.full:
+                limit = job.full
+            if limit <= 0:
+                return i
+            matched = sum(rep.cache.match(job.ps, job.pl, limit))
+            if not self._held(rep, job, limit, matched):
+                return i
+        return None
+
+    def _held(self, rep, job, limit, matched) -> bool:
+        """A hold (an in-flight copy started with ``hold=True``, or :meth:`hold_prefix`) covers
+        more of this request's leading blocks than it can reuse now: it waits."""
+        now = self.now
+        live = [h for h in rep.holds if h[2] > now]
+        if len(live) != len(rep.holds):
+            rep.holds = live
+        if not live:
+            return False
+        ids = None
+        for first, hids, _until, _tid in live:
+            n = len(hids)
+            if n <= matched:
+                continue
+            if ids is None:
+                ids = job.req.hash_ids
+            if ids[0] != first:
+                continue
+            k = n if n <= limit else limit
+            if k > matched and ids[k - 1] == hids[k - 1]:
+                return True
+        return False
+
     def _mark_served(self, rep, job, m):
         ps, pl = job.ps, job.pl
         for length in rep.copy_lengths:
@@ -720,6 +822,8 @@ class Simulator:
             rep.cache.complete_blocks(job.ps, job.pl, job.pinned, new_pinned)
             job.private -= new_pinned - job.pinned
             job.pinned = new_pinned
+            if self._on_blocks is not None:
+                self._on_blocks(job.req, rep.idx, new_pinned)
 
     def _finish(self, rep, job):
         if self.paged:
@@ -773,10 +877,14 @@ class Simulator:
 
     def _plan_prefill_first(self, rep):
         waiting = rep.waiting
-        if waiting and rep.running < self.cluster.max_running:
-            job = waiting[0]
+        i = self._first_unheld(rep) if waiting and rep.running < self.cluster.max_running else None
+        if i is not None:
+            job = waiting[i]
             if self._try_admit(rep, job):
-                waiting.popleft()
+                if i:
+                    del waiting[i]
+                else:
+                    waiting.popleft()
                 self._sample_queue(rep)
                 req = job.req
                 compute = self.cost.prefill_s(req.input_length - job.done_tokens, job.done_tokens)
@@ -824,11 +932,19 @@ class Simulator:
         waiting = rep.waiting
         admitted = False
         max_running = self.cluster.max_running
+        i = 0
         while budget > 0 and waiting and rep.running < max_running:
-            job = waiting[0]
+            if rep.holds:
+                i = self._first_unheld(rep, i)
+                if i is None:
+                    break
+            job = waiting[i]
             if not self._try_admit(rep, job):
                 break
-            waiting.popleft()
+            if i:
+                del waiting[i]
+            else:
+                waiting.popleft()
             admitted = True
             rep.prefilling.append(job)
             loads += job.load_s
@@ -902,6 +1018,8 @@ class Simulator:
             key = tr.hash_ids[landed - 1]
             dst.copy_marks.setdefault(key, []).append(tr)
             dst.copy_lengths.add(landed)
+        if dst.holds:
+            dst.holds = [h for h in dst.holds if h[3] != tr.tid]
         self.router.on_transfer_done(tr.tid, tr.src, tr.dst, landed)
         if not dst.busy and dst.waiting:
             self._plan(dst)

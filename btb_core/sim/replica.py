@@ -59,7 +59,7 @@ class Replica:
     __slots__ = ("idx", "cache", "waiting", "prefilling", "decode_heap", "n_decode", "ctx_tokens",
                  "steps_done", "busy", "op_kind", "op_token", "op_start_s", "op_data",
                  "paused_until", "in_op", "copy_marks", "copy_lengths",
-                 "egress_free_s", "ingress_free_s", "kick_pending")
+                 "egress_free_s", "ingress_free_s", "kick_pending", "holds")
 
     def __init__(self, idx, cache):
         self.idx = idx
@@ -82,6 +82,7 @@ class Replica:
         self.egress_free_s = 0.0
         self.ingress_free_s = 0.0
         self.kick_pending = False
+        self.holds = []               # (first block id, blocks, until_s, key): see Simulator.hold_prefix
 
     @property
     def running(self) -> int:

@@ -1,0 +1,690 @@
+"""``btb_adaptive``: a burst-aware router that needs no per-trace tuning (issue 10, item 2).
+
+Where the literal :mod:`~btb_core.routers.btb` rule takes four constants (X, Y, Z, M) from one
+dataset, this policy takes its decisions from the cost model and what it sees. Per arrival:
+
+a. **Detection at any depth.** A prefix index counts arrivals per prefix node (a chained block id
+   names the prefix that ends at it) on a grid of depths (every block up to 16, then 8 depths per
+   doubling); the deepest grid node that ``x_repeats`` arrivals share within ``z_s`` seconds is
+   refined to the exact depth those arrivals share (longest common prefix by binary search on the
+   chained ids). A detected prefix is worth copying only from :attr:`min_copy_blocks` up: the
+   smallest depth whose RDMA copy (setup + bytes / bandwidth) is faster than its prefill, from the
+   cost model.
+b. **Cost and room checks.** A copy of ``n`` blocks to ``dst`` is started only when its predicted
+   landing (``max(source egress backlog, destination ingress backlog)`` + setup + ``n`` x block
+   bytes / RDMA bandwidth) beats ``dst`` computing the prefix itself (its predicted backlog +
+   prefill of the prefix), and ``dst`` has ``n`` free HBM blocks without evicting blocks in use
+   (``view.hbm_free_blocks``: budget minus pinned and private blocks). Declined copies go to the
+   ledger with the reason.
+c. **Demand-sized warm set.** The number of replicas that should hold an active prefix is the
+   smallest ``k`` with ``rate x service / k <= target_utilization``: ``rate`` = arrivals of the
+   prefix over the last ``rate_window_s`` seconds (at least ``z_s``), ``service`` = the predicted
+   prefill of a request's own tokens after the cached prefix. It is recomputed on every arrival of
+   the prefix and every completed prefill, so the set grows with the burst (no cap but the
+   cluster), re-warms a replica whose copy was evicted, and stays at one replica for a trickle.
+d. **Load in predicted seconds.** Each replica's backlog is the router's own book of the
+   predicted prefill seconds it dispatched there and that have not completed (each request's
+   uncached tokens at the cost model's rate, after the prefix it will find; under ``chunked`` plus
+   the decode tokens sharing each iteration), reconciled at every completed prefill, plus a
+   destination pause while a copy lands. Replicas whose KV usage is at least ``kv_full_fraction``
+   are avoided while another replica is below it. Ties are broken uniformly at random
+   (``view.rng``), never by index.
+e. **Least predicted TTFT.** Each request goes to the replica with the least predicted TTFT among
+   warm replicas (complete blocks now, or a prefill of the prefix already queued there), replicas
+   whose copy lands soon (the request waits for it), and cold replicas (recomputing): on an idle
+   cluster it spreads cold prefills when that is faster than queueing behind the one holder.
+f. **Copy fan-out.** Any replica holding the prefix's complete blocks can be a source (the first
+   prefill's replica, or a replica whose copy landed: a broadcast tree); each copy takes the source
+   whose copy would finish first.
+g. **Pipelined copies** (``chunked`` only, ``pipelined_copies``): when the warm set must grow while
+   the first prefill of the prefix is still running, the router copies the blocks completed so far
+   after each prefill chunk (``on_blocks_complete``), so the destination is warm about when the
+   first prefill ends instead of a copy-time later.
+h. **Pinning.** While a prefix is active its complete blocks are pinned in HBM on each holder
+   (``view.pin_prefix``), so a burst's hot prefix is not evicted by other traffic; released when
+   no arrival of the prefix came for ``rate_window_s`` seconds, and at the end of the run.
+
+Every decision goes to :attr:`ledger` (copies made or skipped and why, warm-set changes, pins) and
+every request to :attr:`requests` (replica, kind of choice, predicted and actual TTFT): see
+:meth:`ledger_frame` and :meth:`requests_frame`.
+
+Defaults need no tuning: ``x_repeats = 2`` and ``z_s = 1 s`` only decide when to *look* at a prefix
+(copies follow from demand and cost, so a decoy that repeats twice costs nothing);
+``target_utilization = 0.7`` is the usual headroom of a queue kept out of saturation;
+``rate_window_s = 10 s`` is long enough to average a Poisson burst of a few requests per second.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import pandas as pd
+
+from ..errors import ConfigError
+from .base import Router
+from .params import RouterParam, check_range
+
+#: Depth grid: every block up to this depth, then ``_PER_OCTAVE`` depths per doubling.
+_DENSE = 16
+_PER_OCTAVE = 8
+
+
+def grid_depths(n: int) -> list[int]:
+    """Depths (blocks, 1-based) of the detection grid up to ``n``: 1..16, then 8 per doubling."""
+    out = list(range(1, min(n, _DENSE) + 1))
+    d = _DENSE
+    while d < n:
+        step = max(1, d // _PER_OCTAVE)
+        d += step
+        out.append(min(d, n))
+    if out and out[-1] != n and n > 0:
+        out.append(n)
+    return sorted(set(out))
+
+
+def common_prefix(a, b, lo: int = 0) -> int:
+    """Length of the common leading run of chained id sequences ``a`` and ``b`` (binary search:
+    chained ids are equal at position i exactly when the first i + 1 blocks are equal).
+    ``lo`` is a known common length."""
+    hi = min(len(a), len(b))
+    if hi == 0 or a[0] != b[0]:
+        return 0
+    lo = max(lo, 1)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[mid - 1] == b[mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class _Node:
+    __slots__ = ("times", "recent", "first_s")
+
+    def __init__(self, x: int, now: float) -> None:
+        self.times: deque = deque()          # arrival times within the rate window
+        self.recent: deque = deque(maxlen=x)  # last X (time, hash_ids)
+        self.first_s = now
+
+
+class _Active:
+    """An active prefix: its ids, demand and warm set."""
+
+    __slots__ = ("key", "ids", "depth", "node", "last_s", "target", "pins", "pipes", "queued",
+                 "own_tokens")
+
+    def __init__(self, key, ids, node, now):
+        self.key = key
+        self.ids = ids
+        self.depth = len(ids)
+        self.node = node
+        self.last_s = now
+        self.target = 1
+        self.pins: dict = {}     # replica -> blocks pinned
+        self.pipes: dict = {}    # dst replica -> blocks sent so far by pipelined copies
+        self.queued = 0          # requests of the prefix routed and not yet past prefill
+        self.own_tokens = 1      # the last request's tokens after the prefix
+
+
+class BTBAdaptiveRouter(Router):
+    """Burst-aware router without per-trace tuning (see the module docstring).
+
+    Parameters
+    ----------
+    x_repeats : int >= 2
+        Arrivals sharing a prefix within ``z_s`` that make the router look at it (2).
+    z_s : float > 0
+        Detection window, seconds (1.0).
+    target_utilization : float in (0, 1]
+        Warm-set sizing: load per warm replica kept at or below this (0.7).
+    rate_window_s : float > 0
+        Window of the prefix arrival-rate estimate, and idle time after which an active prefix is
+        released (10.0 s).
+    kv_full_fraction : float in (0, 1]
+        Replicas at or above this KV usage are avoided (0.95).
+    pipelined_copies : bool
+        Copy completed chunks of a running first prefill under ``chunked`` (True); False sends
+        a planned copy whole, as soon as the first prefill completes.
+    pin_hot : bool
+        Pin an active prefix's blocks in HBM on its holders (True).
+    prefill_error : float > 0
+        Multiplies every prefill time the router predicts (1.0). The router reads the cluster's
+        cost model, which in the simulator is exact; a deployed router would use a profiled model.
+        Values like 0.7 or 1.5 measure how much the policy depends on an accurate model.
+
+    Raises
+    ------
+    ConfigError
+        On a value outside the ranges above.
+    """
+
+    name = "btb_adaptive"
+    PARAMS = (
+        RouterParam("x_repeats", int, 2, "arrivals sharing a prefix within z_s that mark it"),
+        RouterParam("z_s", float, 1.0, "detection window, seconds"),
+        RouterParam("target_utilization", float, 0.7, "load per warm replica kept at or below"),
+        RouterParam("rate_window_s", float, 10.0, "prefix arrival-rate window, seconds"),
+        RouterParam("kv_full_fraction", float, 0.95, "avoid replicas at or above this KV usage"),
+        RouterParam("pipelined_copies", bool, True, "copy completed prefill chunks (chunked)"),
+        RouterParam("pin_hot", bool, True, "pin an active prefix's blocks in HBM"),
+        RouterParam("prefill_error", float, 1.0,
+                    "router's prefill-time estimates x this (1 = the simulator's own cost model)"),
+    )
+
+    def __init__(self, x_repeats: int = 2, z_s: float = 1.0, target_utilization: float = 0.7,
+                 rate_window_s: float = 10.0, kv_full_fraction: float = 0.95,
+                 pipelined_copies: bool = True, pin_hot: bool = True,
+                 prefill_error: float = 1.0) -> None:
+        p = self.name
+        check_range(p, "x_repeats", x_repeats, 2, integer=True)
+        check_range(p, "z_s", z_s, 0.0, low_open=True)
+        check_range(p, "target_utilization", target_utilization, 0.0, 1.0, low_open=True)
+        check_range(p, "rate_window_s", rate_window_s, 0.0, low_open=True)
+        check_range(p, "kv_full_fraction", kv_full_fraction, 0.0, 1.0, low_open=True)
+        check_range(p, "prefill_error", prefill_error, 0.0, low_open=True)
+        for f, v in (("pipelined_copies", pipelined_copies), ("pin_hot", pin_hot)):
+            if not isinstance(v, bool):
+                raise ConfigError(f"{p}: {f}={v!r} must be a bool")
+        self.x_repeats = x_repeats
+        self.z_s = float(z_s)
+        self.target_utilization = float(target_utilization)
+        self.rate_window_s = float(rate_window_s)
+        self.kv_full_fraction = float(kv_full_fraction)
+        self.pipelined_copies = pipelined_copies
+        self.pin_hot = pin_hot
+        self.prefill_error = float(prefill_error)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def reset(self, view) -> None:
+        super().reset(view)
+        n = view.num_replicas
+        self.cost = view.cost
+        self.bt = view.block_tokens
+        self.chunked = view.scheduler == "chunked"
+        self.chunk_tokens = view.chunk_tokens
+        self._decode_g = self.cost.compute_s(2.0 * self.cost.model.params_active)
+        self._decode_a = self.cost.decode_step_s(1, 0)
+        self.min_copy_blocks = self._min_copy_blocks()
+        self._nodes: dict = {}                       # grid node id -> _Node
+        self._node_order: deque = deque()            # (last touch time, id) for expiry
+        self._active: dict = {}                      # prefix key -> _Active
+        self._free_at = [0.0] * n                    # predicted end of dispatched prefill work
+        self._out = [dict() for _ in range(n)]       # request index -> (service s, not before s)
+        self._decoding = [0] * n                     # requests past prefill, not finished
+        self._pending = [dict() for _ in range(n)]   # block id -> count of queued prefills holding it
+        self._incoming = [list() for _ in range(n)]  # (ids, land_s, tid or ("pipe", key))
+        self._tid: dict = {}                          # transfer id -> (key, dst, ids, row)
+        self._req: dict = {}                          # request index -> (row, replica, ids, full)
+        self._grid_cache: dict = {}
+        #: Decision ledger: one dict per copy made / skipped, warm-set change and pin.
+        self.ledger: list[dict] = []
+        #: One row per routed request (replica, choice, predicted / actual TTFT).
+        self.requests: list[list] = []
+
+    def _min_copy_blocks(self) -> int:
+        """Smallest depth (blocks) whose RDMA copy beats recomputing it (cost model)."""
+        for n in range(1, 1 << 16):
+            tok = n * self.bt
+            if self.cost.load_s("rdma", tok) < self.cost.prefill_s(tok, 0):
+                return n
+        return 1 << 16
+
+    # -- predicted times -----------------------------------------------------------------------
+    def service_s(self, new_tokens: int, cached_tokens: int, replica: int) -> float:
+        """Predicted prefill seconds of ``new_tokens`` after ``cached_tokens`` on ``replica``:
+        the cost model's prefill time, plus, under ``chunked``, the decode tokens of the requests
+        decoding there sharing each iteration (``ceil(new / chunk)`` iterations)."""
+        t = self.cost.prefill_s(new_tokens, cached_tokens) * self.prefill_error
+        if self.chunked:
+            iters = max(1, -(-new_tokens // self.chunk_tokens))
+            t = max(t, iters * self._decode_a) + iters * self._decode_g * self._decoding[replica]
+        return t
+
+    def backlog_s(self, replica: int) -> float:
+        """Predicted seconds until ``replica`` has done the prefills dispatched to it (and any
+        pause for a landing copy)."""
+        now = self.view.now_s
+        end = self._free_at[replica]
+        return end - now if end > now else 0.0
+
+    def _pending_blocks(self, replica: int, ids, limit: int) -> int:
+        """Leading blocks of ``ids`` that a prefill already dispatched to ``replica`` will complete."""
+        pend = self._pending[replica]
+        if not pend or limit <= 0 or ids[0] not in pend:
+            return 0
+        lo, hi = 1, limit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if ids[mid - 1] in pend:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _landing(self, replica: int, ids) -> tuple[int, float]:
+        """Deepest in-flight copy to ``replica`` that is a prefix of ``ids``: (blocks, land_s)."""
+        best = (0, 0.0)
+        for cids, land_s, _tid in self._incoming[replica]:
+            n = len(cids)
+            if n > best[0] and n <= len(ids) and ids[n - 1] == cids[-1]:
+                best = (n, land_s)
+        return best
+
+    def predict(self, request) -> list[tuple[float, float, str, int, float]]:
+        """Per replica ``(score, predicted TTFT seconds, choice, reused blocks, start_s)``.
+
+        ``choice`` is ``"warm"``, ``"landing"`` or ``"cold"``; ``start_s`` the earliest time its
+        prefill can start (a landing copy's predicted landing). ``score`` (what the router
+        minimises) is the predicted TTFT plus, under ``chunked``, the delay the request adds to the
+        requests already waiting there (they share its iteration), plus a large penalty at or above
+        ``kv_full_fraction``."""
+        v = self.view
+        bt = self.bt
+        ids = request.hash_ids
+        isl = int(request.input_length)
+        limit = min((isl - 1) // bt, request.full_blocks, len(ids))
+        now = v.now_s
+        out = []
+        for r in range(v.num_replicas):
+            wait = self.backlog_s(r)
+            m = v.cached_blocks(r, ids, ("hbm",)) if limit > 0 else 0
+            m = min(m, limit)
+            extra = 0.0
+            if m < limit:
+                md = min(v.cached_blocks(r, ids, ("hbm", "dram")), limit)
+                if md > m:
+                    load = self.cost.load_s("dram", (md - m) * bt)
+                    if load < self.cost.prefill_s((md - m) * bt, m * bt):
+                        extra, m = load, md
+                p = self._pending_blocks(r, ids, limit)
+                if p > m:
+                    m, extra = p, 0.0
+            kind = "warm" if m else "cold"
+            ready = now
+            if self._incoming[r]:
+                n, land_s = self._landing(r, ids)
+                n = min(n, limit)
+                if n > m:
+                    m, extra, kind, ready = n, 0.0, "landing", land_s
+                    wait = max(wait, land_s - now)
+            own = self.service_s(isl - m * bt, m * bt, r)
+            t = wait + extra + own
+            score = t
+            if self.chunked and self._out[r]:
+                # chunked prefill admits queued requests into one iteration: joining it delays
+                # the requests already waiting there by our own compute
+                share = min(len(self._out[r]) - 1, self.chunk_tokens // max(1, isl - m * bt))
+                if share > 0:
+                    score += own * share
+            if v.kv_usage(r) >= self.kv_full_fraction:
+                score += 1e6       # avoided while any replica is below the threshold
+            out.append((score, t, kind, m, ready))
+        return out
+
+    def _argmin(self, values: list[float]) -> int:
+        lo = min(values)
+        tol = 1e-9 + 1e-9 * abs(lo)
+        tied = [r for r, x in enumerate(values) if x - lo <= tol]
+        if len(tied) == 1:
+            return tied[0]
+        return tied[int(self.view.rng.integers(len(tied)))]
+
+    # -- detection -----------------------------------------------------------------------------
+    def _grid(self, n: int) -> list[int]:
+        g = self._grid_cache.get(n)
+        if g is None:
+            g = self._grid_cache[n] = grid_depths(n)
+        return g
+
+    def _observe(self, request):
+        """Update the prefix index with ``request``; return ``(depth, node)`` of the deepest
+        prefix X arrivals share within ``z_s`` (depth >= :attr:`min_copy_blocks`), or None."""
+        now = self.view.now_s
+        ids = request.hash_ids
+        full = min(request.full_blocks, len(ids))
+        if full < 1:
+            return None
+        nodes = self._nodes
+        x, z, w = self.x_repeats, self.z_s + 1e-9, self.rate_window_s
+        found = None
+        for d in self._grid(full):
+            key = ids[d - 1]
+            node = nodes.get(key)
+            if node is None:
+                node = nodes[key] = _Node(x, now)
+            times = node.times
+            times.append(now)
+            while now - times[0] > w:
+                times.popleft()
+            node.recent.append((now, ids))
+            if len(node.recent) == x and now - node.recent[0][0] <= z:
+                found = (d, node)
+            elif found is not None:
+                break          # deeper nodes are shared by fewer arrivals
+        self._node_order.append((now, full, ids))
+        self._expire(now)
+        if found is None:
+            return None
+        d, node = found
+        depth = full
+        for _t, other in list(node.recent)[:-1]:
+            depth = min(depth, common_prefix(ids, other, d))
+        if depth < self.min_copy_blocks:
+            return None
+        return depth, node
+
+    def _expire(self, now: float) -> None:
+        order = self._node_order
+        w = self.rate_window_s
+        nodes = self._nodes
+        while order and now - order[0][0] > w:
+            t, full, ids = order.popleft()
+            for d in self._grid(full):
+                node = nodes.get(ids[d - 1])
+                if node is not None and now - node.recent[-1][0] > w:
+                    del nodes[ids[d - 1]]
+
+    # -- warm set ------------------------------------------------------------------------------
+    def _rate(self, node) -> float:
+        now = self.view.now_s
+        span = max(self.z_s, min(self.rate_window_s, now - node.first_s))
+        return len(node.times) / span
+
+    def _holders(self, act) -> tuple[list[int], list[int]]:
+        """Replicas with the prefix complete (HBM or DRAM), and those with it pending or landing."""
+        v = self.view
+        ids, n = act.ids, act.depth
+        complete, coming = [], []
+        for r in range(v.num_replicas):
+            if v.cached_blocks(r, ids, ("hbm", "dram")) >= n:
+                complete.append(r)
+            elif (self._pending_blocks(r, ids, n) >= n or self._landing(r, ids)[0] >= n
+                  or r in act.pipes):
+                coming.append(r)
+        return complete, coming
+
+    def _size_warm_set(self, act, request=None) -> None:
+        v = self.view
+        n_blocks = act.depth
+        if request is not None:
+            act.own_tokens = max(1, int(request.input_length) - n_blocks * self.bt)
+        service = self.cost.prefill_s(act.own_tokens, n_blocks * self.bt) * self.prefill_error
+        rate = self._rate(act.node)
+        # steady demand: rate x service per warm replica at most the target utilisation
+        k_rate = math.ceil(rate * service / self.target_utilization)
+        # start of a burst: while no replica holds the prefix complete, the requests that arrive
+        # wait for the first prefill and are then served in one batch; split over k replicas each
+        # costs a copy time more, so k = queued x service / copy time (at most queued + 1)
+        complete, coming = self._holders(act)
+        k_backlog = 1
+        if not complete and act.queued:
+            copy_s = self.cost.load_s("rdma", n_blocks * self.bt)
+            k_backlog = min(act.queued + 1, math.ceil(act.queued * service / copy_s))
+        target = max(1, min(v.num_replicas, max(k_rate, k_backlog)))
+        if target != act.target:
+            self.ledger.append({"time_s": v.now_s, "event": "warm_set", "prefix_blocks": n_blocks,
+                                "rate_per_s": rate, "service_s": service, "target": target,
+                                "src": -1, "dst": -1, "reason": f"{act.target} -> {target}",
+                                "predicted_land_s": float("nan")})
+            act.target = target
+        if self.pin_hot:
+            self._pin(act, complete)
+        need = act.target - len(complete) - len(coming)
+        if need <= 0:
+            return
+        if not complete:
+            self._plan_pipes(act, coming, need)
+            return
+        self._copy(act, complete, coming, need)
+
+    def _copy(self, act, complete, coming, need: int) -> None:
+        v = self.view
+        now = v.now_s
+        n = act.depth
+        tokens = n * self.bt
+        copy_s = self.cost.load_s("rdma", tokens)
+        recompute = self.cost.prefill_s(tokens, 0) * self.prefill_error
+        held = set(complete) | set(coming)
+        cands = sorted((r for r in range(v.num_replicas) if r not in held),
+                       key=lambda r: (self.backlog_s(r), v.kv_usage(r), r))
+        for dst in cands:
+            if need <= 0:
+                break
+            if v.hbm_free_blocks(dst) < n:
+                self._skip(act, dst, "no HBM room without evicting blocks in use")
+                continue
+            src = min(complete, key=lambda s: (max(v.egress_backlog_s(s), v.ingress_backlog_s(dst)), s))
+            start = max(v.egress_backlog_s(src), v.ingress_backlog_s(dst))
+            land = start + copy_s
+            if land >= self.backlog_s(dst) + recompute:
+                self._skip(act, dst, "copy slower than recomputing")
+                continue
+            self._start(act, src, dst, act.ids, now + land)
+            need -= 1
+
+    def _start(self, act, src, dst, ids, land_s, first_block: int = 0) -> None:
+        v = self.view
+        # hold: requests on dst that would reuse the copy wait for it instead of recomputing
+        tid = v.start_transfer(src, dst, ids, from_block=first_block, hold=True)
+        self._incoming[dst].append((ids, land_s, tid))
+        row = len(self.ledger)
+        self._tid[tid] = (act.key, dst, ids, row)
+        self.ledger.append({"time_s": v.now_s, "event": "copy", "prefix_blocks": len(ids),
+                            "rate_per_s": self._rate(act.node), "service_s": float("nan"),
+                            "target": act.target, "src": src, "dst": dst,
+                            "reason": "pipelined chunk" if first_block or ids is not act.ids
+                            else "warm set below demand",
+                            "predicted_land_s": land_s, "landed_s": float("nan")})
+
+    def _skip(self, act, dst, reason) -> None:
+        self.ledger.append({"time_s": self.view.now_s, "event": "skip", "prefix_blocks": act.depth,
+                            "rate_per_s": self._rate(act.node), "service_s": float("nan"),
+                            "target": act.target, "src": -1, "dst": dst, "reason": reason,
+                            "predicted_land_s": float("nan")})
+
+    # -- pipelined copies (g) ------------------------------------------------------------------
+    def _plan_pipes(self, act, coming, need: int) -> None:
+        """Choose destinations that will receive the prefix chunk by chunk from the replica whose
+        first prefill of it is running."""
+        v = self.view
+        srcs = [r for r in coming if self._pending_blocks(r, act.ids, act.depth) >= act.depth
+                and r not in act.pipes]
+        if not srcs:
+            return
+        held = set(coming)
+        cands = sorted((r for r in range(v.num_replicas) if r not in held),
+                       key=lambda r: (self.backlog_s(r), v.kv_usage(r), r))
+        for dst in cands[:need]:
+            if v.hbm_free_blocks(dst) < act.depth:
+                self._skip(act, dst, "no HBM room without evicting blocks in use")
+                continue
+            src = srcs[0]
+            act.pipes[dst] = [src, 0]
+            # the destination holds requests of the prefix until the last chunk lands
+            ready = (self._free_at[src] + self.cost.load_s("rdma", self.chunk_tokens)
+                     + self.cost.setup_latency_s["rdma"])
+            v.hold_prefix(dst, act.ids, ready + self.rate_window_s)
+            self._incoming[dst].append((act.ids, ready, ("pipe", act.key)))
+            self.ledger.append({"time_s": v.now_s, "event": "pipe", "prefix_blocks": act.depth,
+                                "rate_per_s": self._rate(act.node), "service_s": float("nan"),
+                                "target": act.target, "src": srcs[0], "dst": dst,
+                                "reason": "first prefill running: copy each completed chunk",
+                                "predicted_land_s": float("nan")})
+
+    def on_blocks_complete(self, request, replica: int, complete_blocks: int) -> None:
+        """Engine hook: ``complete_blocks`` leading blocks of ``request``'s prompt just became
+        complete on ``replica`` (after each chunk under ``chunked``, at the end of the prefill
+        under ``prefill_first``); extend the pipelined copies of active prefixes sourced there."""
+        if not self._active:
+            return
+        hash_ids = None
+        for act in list(self._active.values()):
+            if not act.pipes:
+                continue
+            n = min(complete_blocks, act.depth)
+            if n <= 0 or (n < act.depth and not self.pipelined_copies):
+                continue
+            if hash_ids is None:
+                hash_ids = request.hash_ids
+            if len(hash_ids) < n or hash_ids[n - 1] != act.ids[n - 1]:
+                continue
+            for dst, state in list(act.pipes.items()):
+                src, sent = state
+                if src != replica or n <= sent:
+                    continue
+                v = self.view
+                copy_s = self.cost.load_s("rdma", (n - sent) * self.bt)
+                land = max(v.egress_backlog_s(src), v.ingress_backlog_s(dst)) + copy_s
+                self._start(act, src, dst, act.ids[:n], v.now_s + land, first_block=sent)
+                state[1] = n
+                if n >= act.depth:
+                    del act.pipes[dst]
+
+    # -- pinning (h) ---------------------------------------------------------------------------
+    def _pin(self, act, complete) -> None:
+        v = self.view
+        for r in complete:
+            if r not in act.pins:
+                k = v.pin_prefix(r, act.ids)
+                if k:
+                    act.pins[r] = k
+                    self.ledger.append({"time_s": v.now_s, "event": "pin", "prefix_blocks": k,
+                                        "rate_per_s": float("nan"), "service_s": float("nan"),
+                                        "target": act.target, "src": -1, "dst": r,
+                                        "reason": "hot prefix pinned in HBM",
+                                        "predicted_land_s": float("nan")})
+
+    def _release_idle(self) -> None:
+        now = self.view.now_s
+        for key in [k for k, a in self._active.items() if now - a.last_s > self.rate_window_s]:
+            self._release(self._active.pop(key))
+
+    def _release(self, act) -> None:
+        v = self.view
+        for r, k in act.pins.items():
+            v.unpin_prefix(r, act.ids, k)
+            self.ledger.append({"time_s": v.now_s, "event": "unpin", "prefix_blocks": k,
+                                "rate_per_s": float("nan"), "service_s": float("nan"),
+                                "target": act.target, "src": -1, "dst": r,
+                                "reason": "burst over", "predicted_land_s": float("nan")})
+        act.pins = {}
+
+    # -- routing -------------------------------------------------------------------------------
+    def route(self, request) -> int:
+        v = self.view
+        now = v.now_s
+        found = self._observe(request)
+        if self._active:
+            self._release_idle()
+        if found is not None:
+            depth, node = found
+            key = request.hash_ids[depth - 1]
+            act = self._active.get(key)
+            if act is None:
+                act = self._active[key] = _Active(key, tuple(request.hash_ids[:depth]), node, now)
+            act.last_s = now
+            self._size_warm_set(act, request)
+        pred = self.predict(request)
+        r = self._argmin([p[0] for p in pred])
+        _score, t, kind, m, ready = pred[r]
+        # book it
+        bt = self.bt
+        service = self.service_s(int(request.input_length) - m * bt, m * bt, r)
+        start = max(now, self._free_at[r], ready)
+        self._free_at[r] = start + service
+        self._out[r][request.index] = (service, ready)
+        ids = request.hash_ids
+        full = min(request.full_blocks, len(ids))
+        pend = self._pending[r]
+        for b in ids[:full]:
+            pend[b] = pend.get(b, 0) + 1
+        keys = []
+        for key, act in self._active.items():
+            if full >= act.depth and ids[act.depth - 1] == key:
+                act.queued += 1
+                keys.append(key)
+        self._req[request.index] = (len(self.requests), r, ids, full, keys)
+        self.requests.append([request.index, now, r, kind, m, t, float("nan")])
+        return r
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def on_prefill_done(self, request, replica: int) -> None:
+        v = self.view
+        out = self._out[replica]
+        out.pop(request.index, None)
+        # reconcile: the work still dispatched there, after now; a request waiting for a copy
+        # cannot start before its landing (the others do not wait for it)
+        now = v.now_s
+        end = now + sum(x[0] for x in out.values())
+        for svc, ready in out.values():
+            if ready + svc > end:
+                end = ready + svc
+        self._free_at[replica] = end
+        info = self._req.pop(request.index, None)
+        if info is not None:
+            row, r, ids, full, keys = info
+            for key in keys:
+                act = self._active.get(key)
+                if act is not None:
+                    act.queued -= 1
+            pend = self._pending[r]
+            for b in ids[:full]:
+                c = pend.get(b, 0) - 1
+                if c > 0:
+                    pend[b] = c
+                else:
+                    pend.pop(b, None)
+            self.requests[row][6] = v.now_s - self.requests[row][1]
+        if request.output_length > 1:
+            self._decoding[replica] += 1
+        # a completed prefill may give an active prefix its first complete holder: size now
+        for act in list(self._active.values()):
+            if act.target > 1:
+                self._size_warm_set(act)
+
+    def on_request_finished(self, request, replica: int) -> None:
+        if request.output_length > 1:
+            self._decoding[replica] -= 1
+
+    def on_transfer_done(self, transfer_id: int, src: int, dst: int, num_blocks: int) -> None:
+        entry = self._tid.pop(transfer_id, None)
+        if entry is None:
+            return
+        key, dst, ids, row = entry
+        inc = [x for x in self._incoming[dst] if x[2] != transfer_id]
+        if len(ids) >= len(self._active[key].ids if key in self._active else ids):
+            # the last chunk of a pipelined copy landed: the destination is warm
+            inc = [x for x in inc if x[2] != ("pipe", key)]
+            self.view.release_hold(dst, ids)
+        self._incoming[dst] = inc
+        self.ledger[row]["landed_s"] = self.view.now_s
+        self.ledger[row]["landed_blocks"] = num_blocks
+        act = self._active.get(key)
+        if act is not None and act.target > 1:
+            self._size_warm_set(act)
+
+    def on_run_end(self) -> None:
+        """Release every pin (the simulator calls this after the last event)."""
+        for act in self._active.values():
+            self._release(act)
+
+    # -- tables --------------------------------------------------------------------------------
+    def ledger_frame(self) -> pd.DataFrame:
+        """The decision ledger: ``time_s, event, prefix_blocks, rate_per_s, service_s, target,
+        src, dst, reason, predicted_land_s, landed_s, landed_blocks`` (event in ``copy, skip,
+        pipe, warm_set, pin, unpin``)."""
+        cols = ["time_s", "event", "prefix_blocks", "rate_per_s", "service_s", "target", "src",
+                "dst", "reason", "predicted_land_s", "landed_s", "landed_blocks"]
+        return pd.DataFrame(self.ledger, columns=cols)
+
+    def requests_frame(self) -> pd.DataFrame:
+        """One row per request: ``request_index, arrival_s, replica, choice, reused_blocks,
+        predicted_ttft_s, actual_ttft_s``."""
+        return pd.DataFrame(self.requests, columns=["request_index", "arrival_s", "replica",
+                                                     "choice", "reused_blocks", "predicted_ttft_s",
+                                                     "actual_ttft_s"])
+
+
+__all__ = ["BTBAdaptiveRouter", "common_prefix", "grid_depths"]
