@@ -257,6 +257,11 @@ def test_2g_pipelined_copies_make_replicas_warm_when_the_first_prefill_ends():
     assert (copies["landed_s"] < first_done - 1.0).any()
     last = copies[copies["prefix_blocks"] == 128]["landed_s"]
     assert len(last) and float(last.min()) - first_done < 0.2
+    # requests sent to a replica whose copy was landing waited for it and reused the whole prefix
+    rf = router.requests_frame()
+    landing = rf["choice"] == "landing"
+    assert landing.sum() >= 1
+    assert (res.requests.loc[landing.values, "reused_tokens"] >= 65_536).all()
     # without pipelining the first full copy lands later, and mean TTFT is worse
     res2, router2 = run(shape, pipelined_copies=False)
     assert len(res2.transfers) > 0
@@ -318,3 +323,57 @@ def test_deterministic_for_a_seed():
     rb = simulate(shape.build(1), b, shape.cluster(), seed=3)
     assert ra.requests["replica"].tolist() == rb.requests["replica"].tolist()
     assert ra.requests["ttft_s"].tolist() == rb.requests["ttft_s"].tolist()
+
+
+# -- engine: holds -------------------------------------------------------------------------------------
+class _Scripted:
+    """Request 0 -> replica 0; when its prefill is done, copy its prefix to replica 1 (hold as
+    given) and send requests 1 (same prefix) and 2 (unrelated) to replica 1 at once."""
+
+    name = "scripted"
+
+    def __init__(self, hold):
+        self.hold = hold
+
+    def reset(self, view):
+        self.view = view
+
+    def route(self, request):
+        if request.index == 0:
+            self.ids = request.hash_ids[:64]
+            return 0
+        return 1
+
+    def on_prefill_done(self, request, replica):
+        if request.index == 0:
+            self.view.start_transfer(0, 1, self.ids, hold=self.hold)
+
+    def on_request_finished(self, request, replica):
+        pass
+
+    def on_transfer_done(self, *a):
+        pass
+
+
+@pytest.mark.parametrize("hold", [True, False])
+def test_hold_makes_a_request_wait_for_the_copy_and_others_pass_it(hold):
+    from btb_core.trace import make_trace
+
+    prefix = list(range(1, 65))
+    cold = simulate(make_trace([0.0], [32_768 + 256], [1], [prefix + [100]], block_tokens=BT),
+                    _Scripted(hold), ClusterConfig.from_setup("70b_h100x4", num_replicas=2))
+    t_done = float(cold.requests["ttft_s"].iloc[0])       # the first prefill ends here
+    t1 = t_done + 0.001                                    # the copy (~54 ms) is in flight
+    trace = make_trace([0.0, t1, t1], [32_768 + 256, 32_768 + 256, 1024], [1, 1, 1],
+                       [prefix + [100], prefix + [101], [200, 201]], block_tokens=BT)
+    res = simulate(trace, _Scripted(hold), ClusterConfig.from_setup("70b_h100x4", num_replicas=2))
+    req = res.requests.set_index("request_id")
+    land = float(res.transfers["end_s"].iloc[0])
+    if hold:
+        assert req.loc[1, "reused_tokens"] == 32_768            # waited for the copy
+        assert req.loc[1, "arrival_s"] + req.loc[1, "queue_wait_s"] >= land - 1e-9
+        assert req.loc[2, "queue_wait_s"] < 1e-6                # the unrelated one went past it
+        assert res.transfers["served_requests"].iloc[0] == 1
+    else:
+        assert req.loc[1, "reused_tokens"] == 0                 # recomputed: the copy came late
+        assert res.transfers["served_requests"].iloc[0] == 0
