@@ -16,6 +16,7 @@ from btb_core.routers.btb_adaptive import BTBAdaptiveRouter, common_prefix, grid
 from btb_core.sim import ClusterConfig, simulate
 from btb_core.suite import BurstJob, Shape
 
+from test_experiment_sweep import dataset  # noqa: F401  (fixture)
 from test_routers_unit import req, setup  # noqa: F401
 
 BT = 512
@@ -313,6 +314,21 @@ def test_replay_cli_trace_mode(tmp_path, capsys):
     capsys.readouterr()
     assert main(["replay", "--trace", str(path), "--policy", "btb_adaptive",
                  "--router-param", "y_tokens=4"]) == 2
+    capsys.readouterr()
+    # behind two router instances and stale views
+    assert main(["replay", "--trace", str(path), "--policy", "btb_adaptive", "--routers", "2",
+                 "--kv-event-lag-s", "0.5", "--load-lag-s", "0.2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["requests"] == 200
+
+
+def test_replay_cli_dataset_mode(dataset, capsys):  # noqa: F811
+    assert main(["replay", "--dataset", str(dataset), "--split", "test", "--policy", "btb",
+                 "btb_adaptive", "--scheduler", "both", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["results"]
+    got = {(r["scheduler"], r["policy"], r["dataset"]): r for r in rows}
+    for sched in ("prefill_first", "chunked"):
+        ad, lit = got[(sched, "btb_adaptive", "bursted")], got[(sched, "btb", "bursted")]
+        assert ad["ttft_mean_s"] > 0 and lit["ttft_mean_s"] > 0
 
 
 def test_deterministic_for_a_seed():

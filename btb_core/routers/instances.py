@@ -48,8 +48,8 @@ class _InstanceView:
     def __getattr__(self, name):
         return getattr(self._base, name)
 
-    def start_transfer(self, src, dst, hash_ids, pause_destination=False) -> int:
-        tid = self._base.start_transfer(src, dst, hash_ids, pause_destination)
+    def start_transfer(self, src, dst, hash_ids, pause_destination=False, **kw) -> int:
+        tid = self._base.start_transfer(src, dst, hash_ids, pause_destination, **kw)
         self._owner._transfer_owner[tid] = self._k
         return tid
 
@@ -113,6 +113,8 @@ class RouterInstances(Router):
         if self.sync_s > 0 and len(self._unique) > 1:
             for router in self._unique:
                 router.enable_index_sync()
+        self._block_hooks = [r.on_blocks_complete for r in self._unique
+                             if hasattr(r, "on_blocks_complete")]
         #: Requests routed by each instance.
         self.routed = [0] * self.num_instances
         self.syncs = 0
@@ -174,6 +176,18 @@ class RouterInstances(Router):
         k = self._transfer_owner.pop(transfer_id, None)
         if k is not None:
             self.instances[k].on_transfer_done(transfer_id, src, dst, num_blocks)
+
+
+    def on_blocks_complete(self, request, replica: int, complete_blocks: int) -> None:
+        """Chunk completions are cluster events: every instance that listens hears them."""
+        for hook in self._block_hooks:
+            hook(request, replica, complete_blocks)
+
+    def on_run_end(self) -> None:
+        for router in self._unique:
+            hook = getattr(router, "on_run_end", None)
+            if hook is not None:
+                hook()
 
 
 __all__ = ["ASSIGN_MODES", "RouterInstances"]

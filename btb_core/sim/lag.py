@@ -108,6 +108,8 @@ class LaggedView:
         self.num_replicas = sim.num_replicas
         self.block_tokens = sim.block_tokens
         self.chunk_tokens = sim.chunk_tokens
+        self.scheduler = sim.scheduler
+        self.cost = sim.cost
         self.rng = sim.rng
         self._log_pos = 0
         self.mirrors = None
@@ -191,8 +193,26 @@ class LaggedView:
     def egress_backlog_s(self, replica: int) -> float:
         return self.sim.egress_backlog_s(replica)
 
-    def start_transfer(self, src, dst, hash_ids, pause_destination=False) -> int:
-        return self.sim.start_transfer(src, dst, hash_ids, pause_destination)
+    def ingress_backlog_s(self, replica: int) -> float:
+        return self.sim.ingress_backlog_s(replica)
+
+    def hbm_free_blocks(self, replica: int) -> int:
+        return self.sim.hbm_free_blocks(replica)
+
+    def start_transfer(self, src, dst, hash_ids, pause_destination=False, **kw) -> int:
+        return self.sim.start_transfer(src, dst, hash_ids, pause_destination, **kw)
+
+    def pin_prefix(self, replica, hash_ids) -> int:
+        return self.sim.pin_prefix(replica, hash_ids)
+
+    def unpin_prefix(self, replica, hash_ids, num_blocks) -> None:
+        self.sim.unpin_prefix(replica, hash_ids, num_blocks)
+
+    def hold_prefix(self, replica, hash_ids, until_s) -> None:
+        self.sim.hold_prefix(replica, hash_ids, until_s)
+
+    def release_hold(self, replica, hash_ids) -> None:
+        self.sim.release_hold(replica, hash_ids)
 
     def dispatch(self, request, replica: int) -> None:
         self.sim.dispatch(request, replica)
