@@ -277,6 +277,12 @@ def fanout_table(traces: Trace | Iterable[Trace], depth_tokens: Sequence[int] = 
     return df
 
 
+#: Most bins a per-bin count array may have (80 MB of int64). Burstiness over more bins (a trace
+#: whose span is huge next to the bin width, e.g. one epoch-millisecond row among zero-based ones)
+#: is computed from the non-empty bins alone; :func:`arrival_rate` refuses.
+MAX_DENSE_BINS = 10_000_000
+
+
 def burstiness(trace: Trace, bin_s: Sequence[float] = DEFAULT_BIN_S) -> pd.DataFrame:
     """Peak vs mean arrival rate at several bin widths.
 
@@ -300,16 +306,29 @@ def burstiness(trace: Trace, bin_s: Sequence[float] = DEFAULT_BIN_S) -> pd.DataF
     rows = []
     t = trace.arrival_s
     for b in bin_s:
-        counts = arrival_rate(trace, b)["requests"].to_numpy()  # validates b
-        if not len(counts):
-            counts = np.zeros(1, np.int64)
-        mean = counts.mean() / b
-        peak = counts.max() / b
+        if not b > 0:
+            raise ConfigError(f"bin_s = {b!r}: must be a positive number of seconds")
+        k = np.floor(t / b).astype(np.int64)
+        span_bins = int(k.max() - k.min()) + 1 if len(k) else 1
+        if span_bins <= MAX_DENSE_BINS:
+            counts = arrival_rate(trace, b)["requests"].to_numpy()
+            if not len(counts):
+                counts = np.zeros(1, np.int64)
+            mean_c, peak_c = counts.mean(), counts.max()
+            cv = float(counts.std() / mean_c) if mean_c > 0 else math.nan
+            zero = float(np.mean(counts == 0))
+        else:  # a huge span (e.g. one epoch-time row): the same figures from non-empty bins only
+            _, nz = np.unique(k, return_counts=True)
+            mean_c, peak_c = len(k) / span_bins, nz.max()
+            var = max(float(np.sum(nz.astype(np.float64) ** 2)) / span_bins - mean_c ** 2, 0.0)
+            cv = math.sqrt(var) / mean_c
+            zero = 1.0 - len(nz) / span_bins
+        mean = mean_c / b
+        peak = peak_c / b
         rows.append({"trace": trace.name, "bin_s": float(b), "requests": int(len(t)),
-                     "bins": int(len(counts)), "mean_rps": float(mean), "peak_rps": float(peak),
+                     "bins": int(span_bins), "mean_rps": float(mean), "peak_rps": float(peak),
                      "peak_to_mean": float(peak / mean) if mean > 0 else math.nan,
-                     "cv": float(counts.std() / counts.mean()) if counts.mean() > 0 else math.nan,
-                     "zero_bins_frac": float(np.mean(counts == 0))})
+                     "cv": cv, "zero_bins_frac": zero})
     return pd.DataFrame(rows)
 
 
@@ -361,12 +380,16 @@ def arrival_rate(trace: Trace, bin_s: float = 10.0) -> pd.DataFrame:
     Raises
     ------
     ConfigError
-        Non-positive bin width.
+        Non-positive bin width, or more than :data:`MAX_DENSE_BINS` bins.
     """
     if not bin_s > 0:
         raise ConfigError(f"bin_s = {bin_s!r}: must be a positive number of seconds")
     t = trace.arrival_s
     k = np.floor(t / bin_s).astype(np.int64)
+    if len(k) and int(k.max() - k.min()) + 1 > MAX_DENSE_BINS:
+        raise ConfigError(f"{trace.name}: {trace.duration_s:.6g} s of arrivals in {bin_s!r}-s bins "
+                          f"would be {int(k.max() - k.min()) + 1:,} bins (at most "
+                          f"{MAX_DENSE_BINS:,}); use wider bins or a window of the trace")
     counts = np.bincount(k - k.min()) if len(k) else np.zeros(0, np.int64)
     start = (k.min() if len(k) else 0) * bin_s
     return pd.DataFrame({"trace": trace.name, "t_s": start + np.arange(len(counts)) * bin_s,

@@ -41,8 +41,24 @@ def main(argv: list[str] | None = None) -> int:
             warnings.showwarning = one_line
             warnings.simplefilter("always", TraceWarning)  # one line per trace, even if repeated
             return int(args.func(args) or 0)
-    except (BTBError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
-        print(f"btb {args.command}: error: {exc}", file=sys.stderr)
+    except BTBError as exc:
+        print(f"btb {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # e.g. `btb audit ... --json | head`
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except OSError as exc:  # missing input, read-only FS, disk full, a path through a file, ...
+        from .fileio import os_error_text
+
+        text = str(exc) if isinstance(exc, FileNotFoundError) and exc.errno is None \
+            else os_error_text(exc)
+        print(f"btb {args.command}: error: {_one_line(text)}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print(f"btb {args.command}: error: out of memory (reduce the sizes asked for)", file=sys.stderr)
         return 2
     except UnicodeDecodeError as exc:  # a binary file where text was expected
         print(f"btb {args.command}: error: input is not UTF-8 text ({exc.reason} at byte {exc.start})",
@@ -51,12 +67,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"btb {args.command}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # e.g. `btb audit ... --json | head`
-        import os
 
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
+
+def _one_line(text: str) -> str:
+    """Messages stay on one line (a path or value with a newline is escaped)."""
+    try:  # undecodable file names: byte 0xff shown as \xff
+        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 if __name__ == "__main__":  # pragma: no cover

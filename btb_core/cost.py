@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
+import numpy as np
+
 from .errors import ConfigError
 from .specs import (GPUS, MODELS, SETUPS, STANDARD_SETUP, ModelSpec, NodeSpec, model_for,
                     node_for)
@@ -53,6 +55,31 @@ DEFAULT_TOKENS: tuple[int, ...] = (500, 1_000, 2_000, 8_000, 16_000, 32_000, 64_
 REFERENCE_SETUP = "70b_h100x4_reference"
 
 
+_INF = float("inf")
+_BOOLS = (bool, np.bool_)
+
+
+def _tokens(name: str, value):
+    """``value`` if it is a finite count >= 0 (a number or a numeric array), else ``ConfigError``.
+
+    Guards the public cost API at its boundary: a negative, NaN or infinite count would give a
+    negative or NaN time, and a bool is not a count. Scalars take a fast path (the simulator calls
+    these methods per event).
+    """
+    try:
+        if value.__class__ not in _BOOLS and 0 <= value < _INF:
+            return value
+    except (TypeError, ValueError):  # not comparable, or an array with several elements
+        pass
+    arr = np.asarray(value) if not isinstance(value, (str, bytes)) else None
+    if arr is not None and arr.dtype.kind in "iuf" and arr.size and bool(
+            np.all(np.isfinite(arr)) and np.all(arr >= 0)):
+        return value
+    if arr is not None and arr.dtype.kind in "iuf" and not arr.size:
+        return value
+    raise ConfigError(f"{name} = {value!r}: must be a finite number >= 0 (not a bool)")
+
+
 @dataclass(frozen=True)
 class CostModel:
     """Times for one replica running ``model`` on ``node``.
@@ -75,7 +102,9 @@ class CostModel:
     Raises
     ------
     ConfigError
-        ``mfu``/``mbu`` outside (0, 1], an unknown tier or a negative latency.
+        ``mfu``/``mbu`` outside (0, 1], an unknown tier or a negative latency; from every
+        method, a token count, batch or FLOP count that is negative, NaN, infinite or a bool
+        (scalars or arrays).
 
     Notes
     -----
@@ -139,7 +168,8 @@ class CostModel:
         ``2 x P x S + 4 x layers x q_heads x head_dim x (S x C + S^2 / 2)``; the second term only
         if ``attention``. Returns 0 for ``new_tokens == 0``.
         """
-        s = new_tokens
+        s = _tokens("new_tokens", new_tokens)
+        cached_tokens = _tokens("cached_tokens", cached_tokens)
         return self._lin_flops_per_token * s + self._attn_coeff * (s * cached_tokens + 0.5 * s * s)
 
     def attention_share(self, new_tokens: float, cached_tokens: float = 0) -> float:
@@ -152,11 +182,12 @@ class CostModel:
 
     def compute_s(self, flops: float) -> float:
         """Seconds for ``flops`` at ``node.peak_flops x mfu``."""
-        return flops * self._inv_flops_per_s
+        return _tokens("flops", flops) * self._inv_flops_per_s
 
     def prefill_s(self, new_tokens: float, cached_tokens: float = 0) -> float:
         """Seconds to prefill ``new_tokens`` after ``cached_tokens`` cached ones."""
-        s = new_tokens
+        s = _tokens("new_tokens", new_tokens)
+        cached_tokens = _tokens("cached_tokens", cached_tokens)
         return (self._lin_flops_per_token * s
                 + self._attn_coeff * (s * cached_tokens + 0.5 * s * s)) * self._inv_flops_per_s
 
@@ -169,6 +200,8 @@ class CostModel:
         For MoE models the weight bytes are the active experts' only, a lower bound once a batch
         touches more experts than one token does.
         """
+        batch = _tokens("batch", batch)
+        context_tokens = _tokens("context_tokens", context_tokens)
         mem = (self._active_weight_bytes + context_tokens * self._kv) * self._inv_hbm_per_s
         comp = self._decode_flops_per_seq * batch * self._inv_flops_per_s
         return mem if mem >= comp else comp
@@ -188,7 +221,7 @@ class CostModel:
             latency, s_per_token = self._tier[tier]
         except KeyError:
             raise ConfigError(f"unknown KV tier {tier!r}; valid: {', '.join(TIERS)}") from None
-        return latency + tokens * s_per_token
+        return latency + _tokens("tokens", tokens) * s_per_token
 
     # -- memory ------------------------------------------------------------------------------
     def kv_budget_bytes(self, reserve_fraction: float = 0.1) -> int:

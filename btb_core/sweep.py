@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import ConfigError
-from .fileio import atomic_write_bytes
+from .fileio import atomic_write_bytes, dir_lock, ensure_dir, jsonable
 from .experiment import BASELINE_POLICY, Cell, check_names, load_windows, run_cell, window_by_id
 
 #: Fields a grid file may have.
@@ -98,7 +98,15 @@ class Grid:
                 if not v:
                     raise ConfigError(f"grid: policy {name!r} parameter {k!r} has an empty list of values")
             for combo in itertools.product(*values):
-                policies.append((name, tuple(zip(keys, combo))))
+                params = tuple(zip(keys, combo))
+                try:  # every value checked here, not on a worker mid-sweep
+                    policy_class(name)(**dict(params))
+                except ConfigError as exc:
+                    raise ConfigError(f"grid: policy {name!r}: {exc}") from None
+                except (TypeError, ValueError, OverflowError) as exc:
+                    raise ConfigError(f"grid: policy {name!r} parameters {dict(params)}: "
+                                      f"{type(exc).__name__}: {exc}") from None
+                policies.append((name, params))
 
         def tup(key, default):
             v = spec.get(key, default)
@@ -178,16 +186,42 @@ def _write_part(out: Path, row: dict) -> None:
     atomic_write_bytes(out / f"cell-{row['cell']}.parquet", pd.DataFrame([row]).to_parquet(index=False))
 
 
+def _whole_parquet(path: Path) -> bool:
+    """True if ``path`` starts and ends with the parquet magic ``PAR1`` (a cell file cut short,
+    e.g. 0 bytes after a crash or a full disk, is not a finished cell)."""
+    try:
+        size = path.stat().st_size
+        if size < 12:
+            return False
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+            fh.seek(-4, 2)
+            return head == b"PAR1" and fh.read(4) == b"PAR1"
+    except OSError:
+        return False
+
+
+def _cell_files(out: Path) -> list[Path]:
+    return sorted(p for p in Path(out).glob("cell-*.parquet") if _whole_parquet(p))
+
+
 def done_cells(out) -> set[str]:
+    """Ids of the cells with a whole result file in ``out`` (a truncated file does not count)."""
     out = Path(out)
     if not out.exists():
         return set()
-    return {p.stem[len("cell-"):] for p in out.glob("cell-*.parquet")}
+    return {p.stem[len("cell-"):] for p in _cell_files(out)}
 
 
-def read_results(out) -> pd.DataFrame:
-    """All finished cells of a sweep directory, sorted by key (empty DataFrame if none)."""
-    parts = sorted(Path(out).glob("cell-*.parquet"))
+def read_results(out, cells=None) -> pd.DataFrame:
+    """Finished cells of a sweep directory, sorted by key (empty DataFrame if none).
+
+    ``cells`` (a list of :class:`~btb_core.experiment.Cell`, e.g. ``grid.cells()``) keeps only
+    those cells: a directory may also hold cells of earlier grids on the same dataset."""
+    parts = _cell_files(Path(out))
+    if cells is not None:
+        want = {cell_id(c) for c in cells}
+        parts = [p for p in parts if p.stem[len("cell-"):] in want]
     if not parts:
         return pd.DataFrame()
     df = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
@@ -197,7 +231,8 @@ def read_results(out) -> pd.DataFrame:
 def run_sweep(grid: Grid, executor: str = "serial", workers: int = 2,
               scheduler_address: str | None = None, progress: bool | None = None,
               limit: int | None = None) -> pd.DataFrame:
-    """Run every unfinished cell of ``grid``; returns all results (finished before + now).
+    """Run every unfinished cell of ``grid``; returns its results (finished before + now; cells
+    of other grids kept in the same directory are left out).
 
     Parameters
     ----------
@@ -208,22 +243,137 @@ def run_sweep(grid: Grid, executor: str = "serial", workers: int = 2,
     scheduler_address : str, optional
         ``tcp://host:port`` of an existing Dask scheduler (implies ``executor="dask"``).
     limit : int, optional
-        Run at most this many pending cells (then stop, as if interrupted).
+        Run at most this many pending cells (then stop, as if interrupted); >= 0.
+
+    Raises
+    ------
+    ConfigError
+        A negative ``limit``; a malformed or unreachable ``scheduler_address``; ``grid.out``
+        inside a Bursted dataset, or holding results on another dataset, split, seed or window
+        count (``_grid.json``), or another sweep running into it.
+    OutputError
+        An operating-system error writing results (one line naming the path).
     """
     if scheduler_address:
         executor = "dask"
     if executor not in ("serial", "processes", "dask"):
         raise ConfigError(f"executor={executor!r}: choose serial, processes or dask")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ConfigError(f"--limit {limit!r}: must be an integer >= 0 (omit it for every cell)")
+    if scheduler_address is not None:
+        check_scheduler_address(scheduler_address)
     out = Path(grid.out)
+    check_sweep_out(out)
     cells = grid.cells()  # loads the dataset first: a bad grid fails before anything is written
-    manifest = out / "_grid.json"  # "_" prefix: parquet readers skip it
-    desc = json.dumps({"dataset": grid.dataset, "split": grid.split, "seed": grid.seed,
-                       "max_windows": grid.max_windows}, sort_keys=True)
-    if manifest.exists() and manifest.read_text() != desc:
-        raise ConfigError(f"{out} holds results of another sweep ({manifest.read_text()}); "
-                          "choose another --out or delete it")
-    out.mkdir(parents=True, exist_ok=True)
-    manifest.write_text(desc)
+    created = not out.exists()
+    ensure_dir(out)
+    try:
+        with dir_lock(out, blocking=False, what="sweep"):
+            _check_fingerprint(out, grid)
+            return _run_locked(grid, out, cells, executor, workers, scheduler_address, progress, limit)
+    except BaseException:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # a sweep that wrote nothing leaves nothing behind
+        raise
+
+
+def check_sweep_out(out: Path) -> None:
+    """Refuse a results directory that is, or is inside, a Bursted dataset, or is a file."""
+    from .fileio import shown_path
+    from .manifest import enclosing_dataset
+
+    ds = enclosing_dataset(out, include_self=True)
+    if ds is not None:
+        raise ConfigError(f"--out {shown_path(out)}: is {'' if ds == out.absolute() else 'inside '}"
+                          f"the Bursted dataset {shown_path(ds)}; sweep results there would break "
+                          f"it (choose a directory outside it)")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {shown_path(out)}: exists and is not a directory")
+
+
+def grid_fingerprint(grid: Grid) -> dict:
+    """What identifies a sweep's cells: ``_grid.json`` in the results directory."""
+    return {"dataset": grid.dataset, "split": grid.split, "seed": grid.seed,
+            "max_windows": grid.max_windows, "setups": list(grid.setups),
+            "schedulers": list(grid.schedulers), "replicas": list(grid.replicas),
+            "policies": [[name, dict(params)] for name, params in grid.policies]}
+
+
+#: Fingerprint fields that must match for cells of two grids to share a results directory (a
+#: cell's id covers its setup, scheduler, replicas, policy, parameters, window and seed, not these).
+SHARED_KEYS = ("dataset", "split", "seed", "max_windows")
+
+
+def _check_fingerprint(out: Path, grid: Grid) -> None:
+    """Refuse ``out`` if it holds cells of another dataset, split, seed or window count; record
+    this grid in ``_grid.json``. Grids that differ only in their axes share ``out``: each run
+    reads back only its own cells (:func:`read_results` with ``cells``), so they never mix."""
+    from .fileio import shown_path
+
+    path = out / "_grid.json"  # "_" prefix: parquet readers skip it
+    want = jsonable(grid_fingerprint(grid))
+    if path.exists():
+        try:
+            have = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            raise ConfigError(f"{shown_path(path)}: not a sweep fingerprint (malformed JSON); "
+                              f"choose another --out") from None
+        if not isinstance(have, dict):
+            have = {}
+        diff = [k for k in SHARED_KEYS if have.get(k) != want[k]]
+        if diff:
+            raise ConfigError(f"--out {shown_path(out)}: holds results of a sweep on another "
+                              f"{diff[0]} (was {have.get(diff[0])!r}, now {want[diff[0]]!r}); choose "
+                              f"another --out or delete it")
+        if have == want:
+            return
+    elif any(out.iterdir()):
+        raise ConfigError(f"--out {shown_path(out)}: not empty and not a sweep results directory "
+                          f"(no _grid.json); choose another --out")
+    atomic_write_bytes(path, (json.dumps(want, sort_keys=True) + "\n").encode())
+
+
+def check_scheduler_address(address: str) -> None:
+    """Refuse a malformed ``tcp://HOST:PORT`` before connecting."""
+    import re
+
+    if not isinstance(address, str) or not re.fullmatch(
+            r"(tcp|tls|inproc|ucx|ws|wss)://[^\s/:]+(:\d{1,5})?/?", address.strip()):
+        raise ConfigError(f"--scheduler-address {address!r}: expected tcp://HOST:PORT")
+    port = address.rstrip("/").rsplit(":", 1)[-1]
+    if port.isdigit() and not 0 < int(port) < 65536:
+        raise ConfigError(f"--scheduler-address {address!r}: port must be 1..65535")
+
+
+def _worker_init() -> None:
+    """Process-pool worker start-up: die with the parent (Linux ``PR_SET_PDEATHSIG``), so killing
+    ``btb sweep`` never leaves workers running; elsewhere a watcher thread polls the parent."""
+    import os
+    import signal
+
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, signal.SIGTERM, 0, 0, 0) == 0:  # 1 = PR_SET_PDEATHSIG
+            if os.getppid() != parent:  # the parent died before prctl took effect
+                os._exit(1)
+            return
+    except (OSError, AttributeError):
+        pass
+    import threading
+    import time
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _run_locked(grid, out, cells, executor, workers, scheduler_address, progress, limit):
     finished = done_cells(out)
     pending = [c for c in cells if cell_id(c) not in finished]
     if limit is not None:
@@ -246,7 +396,7 @@ def run_sweep(grid: Grid, executor: str = "serial", workers: int = 2,
     elif executor == "processes":
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(max_workers=workers) as ex:
+        with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) as ex:
             for fut in as_completed([ex.submit(_sweep_job, j) for j in jobs]):
                 done(fut.result())
     else:
@@ -254,7 +404,12 @@ def run_sweep(grid: Grid, executor: str = "serial", workers: int = 2,
 
         cluster = None
         if scheduler_address:
-            client = Client(scheduler_address)
+            try:
+                client = Client(scheduler_address, timeout="10s")
+            except (OSError, TimeoutError, ValueError) as exc:
+                raise ConfigError(f"--scheduler-address {scheduler_address}: cannot connect "
+                                  f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+                                  f"; is `dask scheduler` running there?") from None
         else:
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                    dashboard_address=":0")  # any free port
@@ -269,7 +424,7 @@ def run_sweep(grid: Grid, executor: str = "serial", workers: int = 2,
                 cluster.close()
     if bar is not None:
         bar.close()
-    return read_results(out)
+    return read_results(out, cells)
 
 
 def summarize(results: pd.DataFrame, kinds=None) -> pd.DataFrame:

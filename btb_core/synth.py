@@ -37,8 +37,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +46,8 @@ import pandas as pd
 
 from . import __version__
 from .errors import ConfigError, TraceError
-from .fileio import jsonable
+from .fileio import check_replaceable, jsonable, replace_dir, shown_path
+from .manifest import enclosing_dataset, foreign_reason
 from .paths import DATA_DIR, REPO_ROOT
 from .trace import Trace, from_table
 
@@ -71,17 +70,30 @@ DEFAULT_BASE = DATA_DIR / "traces" / "mooncake" / "conversation_trace.jsonl"
 _US = 1_000_000  # microseconds per second
 
 
+#: Largest count or token size a config field may hold (keeps every product inside int64).
+MAX_FIELD = 2 ** 31 - 1
+#: Longest time a config field or a synthetic window's job horizon may span, seconds (115 days;
+#: arrivals are integer microseconds).
+MAX_WINDOW_S = 1e7
+#: Most rows a dataset may have: the generator holds the whole dataset in memory (about 1 KB per
+#: row plus 8 bytes per block id); the reference build has 102,400.
+MAX_ROWS = 3_000_000
+#: Most block ids (rows x blocks per row) a dataset may hold (the reference build ~13 M).
+MAX_BLOCK_IDS = 150_000_000
+
+
 def _check_int(name: str, value: Any, lo: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-        raise ConfigError(f"SynthConfig.{name} = {value!r}: must be an integer >= {lo}")
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= MAX_FIELD:
+        raise ConfigError(f"SynthConfig.{name} = {value!r}: must be an integer >= {lo} (and at "
+                          f"most {MAX_FIELD:,})")
 
 
 def _check_seconds(name: str, value: Any, positive: bool) -> None:
     ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) \
-        and math.isfinite(value) and (value > 0 if positive else value >= 0)
+        and math.isfinite(value) and (value > 0 if positive else value >= 0) and value <= MAX_WINDOW_S
     if not ok:
         raise ConfigError(f"SynthConfig.{name} = {value!r}: must be a finite number of seconds "
-                          f"{'> 0' if positive else '>= 0'}")
+                          f"{'> 0' if positive else '>= 0'} and <= {MAX_WINDOW_S:g}")
 
 
 @dataclass(frozen=True)
@@ -173,6 +185,14 @@ class SynthConfig:
                 or not all(isinstance(k, str) and k for k in self.job_kinds):
             raise ConfigError(f"SynthConfig.job_kinds = {self.job_kinds!r}: must be a non-empty "
                               f"tuple of non-empty strings")
+        if self.horizon_s() > MAX_WINDOW_S:
+            raise ConfigError(f"SynthConfig: jobs end {self.horizon_s():g} s into a window (first_job_s "
+                              f"+ (jobs - 1) x job_gap_s + jitter_s + span_s); at most {MAX_WINDOW_S:g}")
+        total = self.rows("train") + self.rows("test")
+        if total > MAX_ROWS:
+            raise ConfigError(f"SynthConfig: {total:,} rows in all (train {self.rows('train'):,}, test "
+                              f"{self.rows('test'):,}); at most {MAX_ROWS:,} fit in memory: lower "
+                              f"job_size, jobs, decoys or the window counts")
         if self.jobs == 0 and self.decoys == 0 and self.background_rows == 0 \
                 and self.synthetic_windows_total() > 0:
             raise ConfigError("SynthConfig: jobs = decoys = background_rows = 0 would make empty "
@@ -349,6 +369,17 @@ def _check_base(base: Trace, config: SynthConfig) -> int:
             lo = max(1, v // bt) * bt
             raise ConfigError(f"SynthConfig.{name} = {v}: must be a multiple of the base trace's "
                               f"block size {bt} tokens (e.g. {lo} or {lo + bt})")
+    suffix_blocks = -(-config.suffix_tokens // bt)
+    d_blocks = (config.decoy_prefix_tokens or config.prefix_tokens) // bt
+    per_window = (config.jobs * (config.prefix_tokens // bt + config.job_size * suffix_blocks)
+                  + config.decoys * (d_blocks + config.decoy_requests * suffix_blocks))
+    row_ids = (config.jobs * config.job_size * (config.prefix_tokens // bt + suffix_blocks)
+               + config.decoys * config.decoy_requests * (d_blocks + suffix_blocks))
+    ids_total = config.synthetic_windows_total() * row_ids
+    if ids_total > MAX_BLOCK_IDS:
+        raise ConfigError(f"SynthConfig: the synthetic rows would hold {ids_total:,} block ids "
+                          f"({per_window:,} distinct per window); at most {MAX_BLOCK_IDS:,} fit in "
+                          f"memory: lower job_size, jobs, prefix_tokens or the window counts")
     need = config.base_rows_needed()
     if need > len(base):
         raise TraceError(_too_short_message(base, config, need))
@@ -624,11 +655,13 @@ def file_sha256(path: Path) -> str:
 
 
 def _display_path(path: Path) -> str:
-    """``path`` relative to the repository root when inside it (keeps manifests machine-independent)."""
+    """``path`` relative to the repository root when inside it (keeps manifests machine-independent);
+    undecodable bytes of a file name are escaped (``\\xff``)."""
     try:
-        return Path(path).resolve().relative_to(REPO_ROOT).as_posix()
+        text = Path(path).resolve().relative_to(REPO_ROOT).as_posix()
     except ValueError:
-        return Path(path).name if Path(path).is_absolute() else str(path)
+        text = Path(path).name if Path(path).is_absolute() else str(path)
+    return shown_path(text)
 
 
 def load_base(path: str | Path | None = None, *, fmt: str | None = None,
@@ -742,15 +775,19 @@ def write(ds: BurstedDataset, out_dir: str | Path, *, overwrite: bool = False) -
     """Write ``ds`` as ``<out>/{train,test}.parquet`` + ``manifest.json`` + ``README.md``.
 
     Files are written into a temporary sibling directory which then replaces ``out_dir`` by
-    rename, so an interrupted run leaves ``out_dir`` untouched. Same dataset -> byte-identical
-    files (the parquet footer holds the writer version and the ``datasets`` features, no times).
+    rename, under a lock on the parent directory (:func:`btb_core.fileio.replace_dir`), so an
+    interrupted run leaves ``out_dir`` untouched (or, killed between the two renames, restored by
+    the next run) and two runs never both succeed. Same dataset -> byte-identical files (the
+    parquet footer holds the writer version and the ``datasets`` features, no times).
 
     Parameters
     ----------
     ds : BurstedDataset
     out_dir : path-like
     overwrite : bool
-        Replace an existing non-empty ``out_dir``; without it that is an error.
+        Replace an existing non-empty ``out_dir``; without it that is an error. Only an empty
+        directory or a dataset this tool wrote (nothing but its manifest, card and listed split
+        files) is ever replaced.
 
     Returns
     -------
@@ -760,52 +797,53 @@ def write(ds: BurstedDataset, out_dir: str | Path, *, overwrite: bool = False) -
     Raises
     ------
     ConfigError
-        ``out_dir`` exists and is a non-empty directory (without ``overwrite``), or is a file.
+        ``out_dir`` exists and is a non-empty directory (without ``overwrite``), holds files this
+        tool did not write, is a file, or is inside a Bursted dataset directory.
+    OutputError
+        Disk full, read-only file system, a path component that is a file, a name too long (one
+        line naming the path; the temporary folder is removed).
     """
     import datasets
 
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out}: exists and is not a directory")
-    cwd = Path.cwd().resolve()
-    if out.resolve() == cwd or out.resolve() in cwd.parents:
-        raise ConfigError(f"--out {out}: is the current directory (or contains it) and cannot be "
-                          f"replaced; write to a subdirectory such as {out / 'bursted'}")
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise ConfigError(f"--out {out}: directory exists and is not empty; pass --overwrite "
-                          f"(API: overwrite=True) to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    bars_were_on = not datasets.are_progress_bars_disabled()
-    try:
-        datasets.disable_progress_bars()
-        dd = to_datasetdict(ds)
-        files = {}
-        for s in SPLITS:
-            name = f"{s}.parquet"
-            dd[s].to_parquet(str(tmp / name))
-            files[s] = {"path": name, "rows": len(dd[s]), "sha256": file_sha256(tmp / name)}
-        manifest = ds.manifest(files)
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n", encoding="utf-8")
-        (tmp / "README.md").write_text(dataset_card(ds, manifest), encoding="utf-8")
-        os.chmod(tmp, 0o755)
-        trash = None
-        if out.exists():
-            trash = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
-            try:
-                os.replace(out, trash / "old")
-            except OSError:
-                trash.rmdir()
-                raise
-        os.replace(tmp, out)
-        if trash is not None:
-            shutil.rmtree(trash, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finally:
-        if bars_were_on:
-            datasets.enable_progress_bars()
+    check_out(out, overwrite=overwrite)
+
+    def fill(tmp: Path) -> None:
+        bars_were_on = not datasets.are_progress_bars_disabled()
+        try:
+            datasets.disable_progress_bars()
+            dd = to_datasetdict(ds)
+            files = {}
+            for s in SPLITS:
+                name = f"{s}.parquet"
+                dd[s].to_parquet(str(tmp / name))
+                files[s] = {"path": name, "rows": len(dd[s]), "sha256": file_sha256(tmp / name)}
+            manifest = ds.manifest(files)
+            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n",
+                                               encoding="utf-8")
+            (tmp / "README.md").write_text(dataset_card(ds, manifest), encoding="utf-8")
+        finally:
+            if bars_were_on:
+                datasets.enable_progress_bars()
+
+    return replace_dir(out, fill, overwrite=overwrite, owned=foreign_reason)
+
+
+def check_out(out: str | Path, *, overwrite: bool = False) -> None:
+    """Refuse an output directory :func:`write` would refuse, before any work is done.
+
+    Raises
+    ------
+    ConfigError
+        ``out`` is inside a Bursted dataset directory, is a file, is the current directory, is
+        non-empty without ``overwrite``, or holds files ``btb synth`` did not write.
+    """
+    out = Path(out)
+    inside = enclosing_dataset(out)
+    if inside is not None:
+        raise ConfigError(f"--out {shown_path(out)}: is inside the Bursted dataset {shown_path(inside)}; "
+                          f"writing there would break it (choose a directory outside it)")
+    check_replaceable(out, overwrite=overwrite, owned=foreign_reason)
     return out
 
 
@@ -1062,5 +1100,5 @@ def window_fanout(trace: Trace, depth_tokens: tuple[int, ...] = (1024, 8192, 65_
 
 __all__ = ["COLUMNS", "DEFAULT_BASE", "GENERATOR_VERSION", "JOB_KINDS", "PRESETS", "SPLITS",
            "SYNTH_SOURCE", "BurstedDataset", "SynthConfig", "arrivals_per_second", "build",
-           "dataset_card", "file_sha256", "generate", "group_summary", "load_base", "preset", "push_to_hub",
+           "check_out", "dataset_card", "file_sha256", "generate", "group_summary", "load_base", "preset", "push_to_hub",
            "row_kinds", "to_datasetdict", "trace_sha256", "window_fanout", "write"]

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import TraceError
+from .manifest import listed_files, read_manifest, verify_files, verify_rows
 
 #: Tokens per hash block in the Mooncake FAST'25 traces (``FAST25-release/README.md``; verified:
 #: ``len(hash_ids) == ceil(input_length / 512)`` on 100% of rows of both shipped files).
@@ -51,6 +52,16 @@ CORE_COLUMNS = ("request_id", "arrival_s", "input_length", "output_length", "has
 OPTIONAL_COLUMNS = ("session_id", "turn", "group_id", "source", "trace_id", "split", "metadata")
 
 _AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+
+
+#: Largest arrival time a trace may hold, seconds: beyond 2^32 s (136 years) the spacing of float64
+#: values exceeds 1 microsecond, so simulated waits and TTFTs would round (at 1e16 s a TTFT comes out
+#: exactly 0). Such traces are refused rather than silently re-based: every loader already measures
+#: arrivals from the trace's own start or from a small offset.
+MAX_ARRIVAL_S = float(2 ** 32)
+#: Largest input/output length a row may hold (2^40 tokens: far beyond any context window, and
+#: small enough that tokens x KV bytes per token stays inside int64).
+MAX_TOKENS = 2 ** 40
 
 
 class TraceWarning(UserWarning):
@@ -305,6 +316,12 @@ class Trace:
 _VIEW_HEADER_BYTES = 112  # sys.getsizeof of a 1-D numpy view (numpy 1.26/2.x, 64-bit)
 
 
+def _label(text: str) -> str:
+    """A trace name from a file name: undecodable bytes (non-UTF-8 file names) escaped, so the
+    name can be stored in tables and parquet (``\\xff`` for byte 0xff)."""
+    return str(text).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _show(v: Any) -> str:
     """repr of a value for error messages (numpy scalars shown as plain Python numbers)."""
     return repr(v.item() if isinstance(v, np.generic) else v)
@@ -343,33 +360,49 @@ def _numeric(values: Any, field: str, where: _Where, rule: str) -> np.ndarray:
     for i, v in enumerate(items):
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
             raise TraceError(f"{where(i)}: field {field!r} = {_show(v)}: {rule}")
-    return np.asarray(items, dtype=np.float64 if any(isinstance(v, (float, np.floating)) for v in items)
-                      else np.int64)
+    as_float = any(isinstance(v, (float, np.floating)) for v in items)
+    try:
+        return np.asarray(items, dtype=np.float64 if as_float else np.int64)
+    except OverflowError:  # an int beyond 64 bits (or beyond float64 when mixed with floats)
+        for i, v in enumerate(items):
+            if isinstance(v, int) and not -2 ** 63 <= v < 2 ** 63:
+                raise TraceError(f"{where(i)}: field {field!r} = {v}: beyond the 64-bit integer "
+                                 f"range") from None
+        raise TraceError(f"{where.origin}: field {field!r}: a value is out of range") from None
 
 
 def _int_column(values: Any, field: str, where: _Where) -> np.ndarray:
-    """Validate non-negative integer lengths; returns int64 array."""
+    """Validate non-negative integer lengths (at most :data:`MAX_TOKENS`); returns int64 array."""
     arr = _numeric(values, field, where, "must be a non-negative integer")
     if arr.dtype.kind == "f":
         bad = ~np.isfinite(arr) | (arr < 0) | (arr != np.floor(arr))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise TraceError(f"{where(i)}: field {field!r} = {_show(arr[i])}: must be a non-negative integer")
-        return arr.astype(np.int64)
-    if arr.dtype.kind in "iu":
+    if arr.dtype.kind in "iuf":
         if (arr < 0).any():
             i = int(np.flatnonzero(arr < 0)[0])
-            raise TraceError(f"{where(i)}: field {field!r} = {int(arr[i])}: must be a non-negative integer")
+            raise TraceError(f"{where(i)}: field {field!r} = {_show(arr[i])}: must be a non-negative integer")
+        if (arr > MAX_TOKENS).any():
+            i = int(np.flatnonzero(arr > MAX_TOKENS)[0])
+            raise TraceError(f"{where(i)}: field {field!r} = {_show(arr[i])}: more than 2^40 tokens "
+                             f"(not a request length)")
         return arr.astype(np.int64)
     raise TraceError(f"{where.origin}: field {field!r} has dtype {arr.dtype}: must be integers")
 
 
-def _time_column(values: Any, field: str, where: _Where) -> np.ndarray:
+def _time_column(values: Any, field: str, where: _Where, max_s: float | None = None) -> np.ndarray:
     arr = _numeric(values, field, where, "must be a number").astype(np.float64)
     bad = ~np.isfinite(arr) | (arr < 0)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise TraceError(f"{where(i)}: field {field!r} = {_show(arr[i])}: must be finite and >= 0")
+    if max_s is not None and len(arr) and arr.max() >= max_s:
+        i = int(np.flatnonzero(arr >= max_s)[0])
+        raise TraceError(f"{where(i)}: arrival {_show(arr[i])} s is 2^32 s (136 years) or more from "
+                         f"the clock's zero, where float64 seconds lose microsecond precision "
+                         f"(times would round and waits come out 0); re-base the trace's clock "
+                         f"(e.g. subtract its first timestamp) or check the time unit")
     return arr
 
 
@@ -439,6 +472,10 @@ def _flatten_hash_ids(hash_ids: Any, n: int, where: _Where) -> tuple[np.ndarray,
         lengths[i] = len(h)
         if len(h):
             kind = np.asarray(h).dtype.kind
+            if kind in "iu" and isinstance(h, list) and any(x.__class__ is bool for x in h):
+                x = next(x for x in h if x.__class__ is bool)  # [1, true] reads as ints [1, 1]
+                raise TraceError(f"{where(i)}: field 'hash_ids' has element {_show(x)}: ids must be "
+                                 f"ints or strings")
             # ints pass as they are; anything else is checked element by element, so a float or
             # null hidden among strings (which numpy would turn into text) is caught on its own row
             if kind not in "iu" and not (kind in "US" and not isinstance(h, list)):
@@ -523,7 +560,7 @@ def make_trace(arrival_s: Any, input_length: Any, output_length: Any, hash_ids: 
     for fname, col in (("input_length", input_length), ("output_length", output_length)):
         if len(col) != n:
             raise TraceError(f"{origin or name}: field {fname!r} has {len(col)} rows, arrival_s has {n}")
-    t = _time_column(arrival_s, "arrival_s", where)
+    t = _time_column(arrival_s, "arrival_s", where, max_s=MAX_ARRIVAL_S)
     inp = _int_column(input_length, "input_length", where)
     out = _int_column(output_length, "output_length", where)
     raw_flat, offsets = _flatten_hash_ids(hash_ids, n, where)
@@ -721,7 +758,7 @@ def load_mooncake(path: str | Path, *, block_tokens: int | None = None, strict: 
               if any(k in r for r in records[:1])}
     return make_trace(ts_arr, [r["input_length"] for r in records],
                       [r["output_length"] for r in records], [r["hash_ids"] for r in records],
-                      block_tokens=block_tokens or MOONCAKE_BLOCK_TOKENS, name=name or path.stem,
+                      block_tokens=block_tokens or MOONCAKE_BLOCK_TOKENS, name=name or _label(path.stem),
                       strict=strict, origin=str(path), line_numbers=lines, **extras)
 
 
@@ -796,7 +833,7 @@ def load_art(path_or_id: str | Path, *, block_tokens: int | None = None, strict:
         df = df.iloc[:max_rows]
         lines = None if lines is None else lines[:max_rows]
     unit = "line" if lines is not None and p.suffix == ".jsonl" else "row"
-    return _art_from_frame(df, origin=origin, name=name or p.stem or str(path_or_id), block_tokens=bt,
+    return _art_from_frame(df, origin=origin, name=name or _label(p.stem or str(path_or_id)), block_tokens=bt,
                            strict=strict, line_numbers=lines, unit=unit)
 
 
@@ -813,13 +850,19 @@ def _read_art_file(path: Path, max_rows: int | None) -> tuple[pd.DataFrame, list
 
 
 def _load_art_hub(dataset_id: str, split: str, max_rows: int | None) -> pd.DataFrame:
-    if "/" not in dataset_id:
+    if not looks_like_hub_id(dataset_id):
         raise FileNotFoundError(f"{dataset_id}: no such file, and not a Hugging Face dataset id "
                                 f"(owner/name)")
     try:
         import datasets
     except ImportError as exc:  # pragma: no cover - a declared dependency
         raise TraceError(f"{dataset_id}: loading from the Hub needs `datasets` ({exc})") from None
+    import logging
+
+    quiet = [logging.getLogger(n) for n in ("huggingface_hub", "datasets", "fsspec")]
+    levels = [q.level for q in quiet]
+    for q in quiet:  # retries are reported once, in the error below, not line by line
+        q.setLevel(logging.ERROR + 10)
     try:
         if max_rows is not None:  # stream: read only the first rows
             ds = datasets.load_dataset(dataset_id, split=split, streaming=True)
@@ -831,7 +874,11 @@ def _load_art_hub(dataset_id: str, split: str, max_rows: int | None) -> pd.DataF
     except Exception as exc:  # network, auth, missing dataset
         raise TraceError(f"hf://{dataset_id}: could not load split {split!r} from the Hugging Face "
                          f"Hub ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
-                         f"pass a local parquet/JSONL path instead") from None
+                         f"pass a local parquet/JSONL path instead (no such local file: "
+                         f"{dataset_id})") from None
+    finally:
+        for q, level in zip(quiet, levels):
+            q.setLevel(level)
 
 
 def _read_parquet(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
@@ -869,7 +916,10 @@ def load_bursted(path: str | Path, split: str | None = None, *, block_tokens: in
     Raises
     ------
     TraceError
-        No manifest / block size, unknown split, bad rows (file, row, field, value).
+        No manifest / block size, unknown split, bad rows (file, row, field, value); in a
+        directory ``btb synth`` wrote (``manifest.json`` of format ``btb-bursted``): a parquet file
+        the manifest does not list, a split file whose SHA-256 or row count differs from the
+        manifest, or rows whose ``split`` is not the file's split.
     """
     path = Path(path)
     if not path.exists():
@@ -885,7 +935,18 @@ def load_bursted(path: str | Path, split: str | None = None, *, block_tokens: in
     else:
         files = [path]
         manifest_dir = path.parent
+    root = path if path.is_dir() else path.parent
+    manifest = read_manifest(root)
+    if manifest is not None:  # a directory `btb synth` wrote: its files must be the ones it wrote
+        verify_files(root, manifest, files)
     frames = [_read_parquet(f) for f in files]
+    if manifest is not None:
+        split_of = {f["path"]: s for s, f in listed_files(manifest).items()}
+        for f, frame in zip(files, frames):
+            s = split_of.get(f.relative_to(root).as_posix())
+            if s is not None:
+                verify_rows(root, manifest, f, s, len(frame),
+                            pd.unique(frame["split"]) if "split" in frame.columns else None)
     df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     if df.empty:
         raise TraceError(f"{path}: empty file (no rows)")
@@ -898,7 +959,7 @@ def load_bursted(path: str | Path, split: str | None = None, *, block_tokens: in
     group = None
     if "trace_id" in df.columns and df["trace_id"].nunique(dropna=False) > 1:
         group = "trace_id"
-    label = name or (f"{path.name}/{split}" if split and path.is_dir() else path.stem)
+    label = name or _label(f"{path.name}/{split}" if split and path.is_dir() else path.stem)
     return from_table(df, block_tokens=bt, name=label, strict=strict, origin=str(path),
                       group_column=group)
 
@@ -955,7 +1016,18 @@ def load_azure(path: str | Path, *, strict: bool = False, name: str | None = Non
         raise TraceError(f"{path}: empty file (header only)")
     lines = np.arange(2, len(df) + 2)  # line 1 is the header
     where = _Where(str(path), lines)
-    ts = pd.to_datetime(df["TIMESTAMP"], errors="coerce", format="ISO8601")
+    raw_ts = df["TIMESTAMP"]
+    aware = raw_ts.str.strip().str.contains(r"(?:Z|[+-]\d\d:?\d\d)$", regex=True).to_numpy()
+    if aware.any() and not aware.all():  # pandas refuses the mix; say which row breaks it
+        i = int(np.flatnonzero(aware != aware[0])[0])
+        raise TraceError(f"{where(i)}: field 'TIMESTAMP' = {raw_ts.iloc[i]!r}: "
+                         f"{'has a' if aware[i] else 'has no'} time-zone offset, unlike line "
+                         f"{int(lines[0])} ({raw_ts.iloc[0]!r}); use one convention for every row")
+    try:  # offsets (all rows have one) are converted to UTC
+        ts = pd.to_datetime(raw_ts, errors="coerce", format="ISO8601", utc=bool(aware.all()))
+    except (ValueError, OverflowError) as exc:
+        raise TraceError(f"{path}: field 'TIMESTAMP': cannot parse the datetimes "
+                         f"({str(exc).splitlines()[0]})") from None
     if ts.isna().any():
         i = int(np.flatnonzero(ts.isna().to_numpy())[0])
         raise TraceError(f"{where(i)}: field 'TIMESTAMP' = {df['TIMESTAMP'].iloc[i]!r}: not a datetime")
@@ -963,7 +1035,7 @@ def load_azure(path: str | Path, *, strict: bool = False, name: str | None = Non
     t = (ns - ns.min()) / 1e9
     inp, out = (_csv_int_column(df[c], c, where) for c in ("ContextTokens", "GeneratedTokens"))
     return make_trace(t, inp, out, None, block_tokens=block_tokens or AZURE_BLOCK_TOKENS,
-                      name=name or path.stem, strict=strict, origin=str(path), line_numbers=lines,
+                      name=name or _label(path.stem), strict=strict, origin=str(path), line_numbers=lines,
                       has_prefix_info=False)
 
 
@@ -977,6 +1049,25 @@ def _csv_int_column(raw: pd.Series, field: str, where: _Where) -> np.ndarray:
 
 
 FORMATS = ("mooncake", "art", "bursted", "azure")
+
+
+_TRACE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".gz", ".zst", ".txt", ".arrow")
+
+
+def looks_like_hub_id(path: str | Path) -> bool:
+    """True if a path that does not exist could be a Hugging Face dataset id ``owner/name``.
+
+    A file name (a trace suffix such as ``.jsonl``), an absolute or ``./`` path, more than two
+    components, or an ``owner`` that is an existing local directory mean a missing local file,
+    reported as "no such file" and never tried on the Hub.
+    """
+    text = str(path)
+    parts = Path(text).parts
+    return (not text.startswith((".", "/", "~")) and len(parts) == 2
+            and not Path(parts[0]).exists()
+            and not text.lower().endswith(_TRACE_SUFFIXES)
+            and all(part and part.replace("-", "").replace("_", "").replace(".", "").isalnum()
+                    for part in parts))
 
 
 def detect_format(path: str | Path) -> str:
@@ -993,7 +1084,7 @@ def detect_format(path: str | Path) -> str:
     """
     p = Path(path)
     if not p.exists():
-        if "/" in str(path) and not str(path).startswith((".", "/")) and len(Path(path).parts) == 2:
+        if looks_like_hub_id(path):
             return "art"
         raise FileNotFoundError(f"{path}: no such file or directory")
     if p.is_dir():

@@ -300,9 +300,12 @@ def test_refuses_non_empty_dir_and_overwrites(tmp_path):
     synth.write(gen(), out)  # empty dir is fine
     with pytest.raises(ConfigError, match="not empty; pass --overwrite"):
         synth.write(gen(seed=1), out)
-    (out / "stale.txt").write_text("x")
+    (out / "stale.txt").write_text("x")  # a file btb did not write: never deleted (issue 17)
+    with pytest.raises(ConfigError, match="'stale.txt', which is not part of the dataset"):
+        synth.write(gen(seed=1), out, overwrite=True)
+    assert (out / "stale.txt").read_text() == "x"
+    (out / "stale.txt").unlink()
     synth.write(gen(seed=1), out, overwrite=True)
-    assert not (out / "stale.txt").exists()
     assert json.loads((out / "manifest.json").read_text())["seed"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bd"]  # no temp dirs left
 

@@ -14,7 +14,7 @@ import argparse
 import dataclasses
 
 from ..errors import ConfigError
-from ..synth import DEFAULT_BASE, PRESETS, SPLITS, SynthConfig, generate, load_base, preset, \
+from ..synth import DEFAULT_BASE, check_out, PRESETS, SPLITS, SynthConfig, generate, load_base, preset, \
     push_to_hub, write
 from ..trace import FORMATS
 
@@ -57,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(needs >= 20,000 base rows, e.g. ART-Chat); quick: tiny")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing non-empty --out directory")
+                   help="replace an existing --out dataset (only an empty directory or one btb synth wrote)")
     p.add_argument("--push-to-hub", default=None, metavar="REPO",
                    help="after writing, upload the directory to this Hub dataset repo (owner/name)")
     p.add_argument("--format", choices=[f for f in FORMATS if f != "bursted"], default=None,
@@ -113,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         config = preset(args.preset, **overrides)
     except ConfigError as exc:
         raise _flagged(exc) from None
+    check_out(args.out, overwrite=args.overwrite)  # fail fast; write() checks again under a lock
     if args.push_to_hub is not None and "/" not in args.push_to_hub:
         raise ConfigError(f"--push-to-hub {args.push_to_hub!r}: must be a Hub dataset id "
                           f"'owner/name'")

@@ -41,6 +41,8 @@ lower load, then lower index.
 
 from __future__ import annotations
 
+import math
+
 from ..errors import ConfigError
 from .base import Router
 from .least_load import InFlightLoad
@@ -48,6 +50,22 @@ from .params import RouterParam, check_range
 from .prefix_tree import ApproxPrefixIndex
 
 _TIERS = ("hbm", "dram", "disk")
+
+
+def next_tick(now_s: float, interval_s: float) -> float:
+    """The first multiple of ``interval_s`` strictly after ``now_s`` (trims run at ``k x interval``,
+    k >= 1), computed directly: a late first trim (epoch-scale clocks) or a tiny interval costs
+    one step, not ``now / interval`` of them. Equal to adding ``interval_s`` until past ``now_s``
+    whenever the multiples are exact in float64 (e.g. the default 120 s)."""
+    q = now_s / interval_s
+    if not q < 2.0 ** 52:  # the multiples are denser than float64 here: the next float will do
+        return math.nextafter(now_s, math.inf)
+    k = math.floor(q) + 1
+    t = k * interval_s
+    while t <= now_s:  # floor() of a rounded quotient can fall one short
+        k += 1
+        t = k * interval_s
+    return t
 
 
 def parse_tiers(text: str, policy: str, field: str) -> tuple[str, ...]:
@@ -222,8 +240,7 @@ class CacheAwareRouter(Router):
             return
         for r in range(self.view.num_replicas):
             self.tree.evict_to(r, self.max_tree_size)
-        while self._next_evict_s <= now:
-            self._next_evict_s += self.eviction_interval_s
+        self._next_evict_s = next_tick(now, self.eviction_interval_s)
 
     # -- Router interface ----------------------------------------------------------------------
     def route(self, request) -> int:
@@ -249,4 +266,4 @@ class CacheAwareRouter(Router):
             self.tree.insert(replica, hash_ids, input_length, block_tokens, now)
 
 
-__all__ = ["CacheAwareRouter", "parse_tiers"]
+__all__ = ["CacheAwareRouter", "next_tick", "parse_tiers"]

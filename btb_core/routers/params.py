@@ -116,14 +116,24 @@ def check_range(policy: str, field: str, value, low=None, high=None, *, integer:
                 low_open: bool = False) -> None:
     """Raise ``ConfigError`` naming ``field`` and ``value`` unless ``low <= value <= high``.
 
-    ``low_open`` makes the lower bound strict; ``integer`` also rejects non-integers and bools.
+    ``low_open`` makes the lower bound strict; ``integer`` also rejects non-integers, bools and
+    integers beyond 64 bits. NaN and infinities are always refused (an infinite weight or
+    interval would only fail later, mid-run).
     """
+    import numpy as np
+
+    if isinstance(value, np.generic) and not isinstance(value, np.bool_):
+        value = value.item()
     if integer and (isinstance(value, bool) or not isinstance(value, int)):
         raise ConfigError(f"{policy}: {field}={value!r} must be an integer")
     if not integer and (isinstance(value, bool) or not isinstance(value, (int, float))):
         raise ConfigError(f"{policy}: {field}={value!r} must be a number")
     if value != value:  # NaN
         raise ConfigError(f"{policy}: {field}={value!r} must not be NaN")
+    if value in (float("inf"), float("-inf")):
+        raise ConfigError(f"{policy}: {field}={value!r} must be finite")
+    if integer and not -2 ** 63 <= value < 2 ** 63:
+        raise ConfigError(f"{policy}: {field}={value!r} is beyond the 64-bit integer range")
     if low is not None and (value <= low if low_open else value < low):
         rel = ">" if low_open else ">="
         raise ConfigError(f"{policy}: {field}={value!r} must be {rel} {low}")

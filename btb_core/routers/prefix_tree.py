@@ -11,7 +11,9 @@ eviction removes only leaves), so "is ``hash_ids[k]`` present" is monotone in ``
 match is a binary search, ``O(log L)`` per replica for an ``L``-block prompt.
 
 Eviction follows ``Tree::evict_tenant_by_size``: while a replica's size exceeds the bound, remove
-its least-recently-used leaf (a leaf for that replica: no child of it is held by the same replica).
+its least-recently-used leaf (a leaf for that replica: no child of it is held by the same replica;
+ties in access time go to the node that entered the tree first). The leaves wait in a heap that
+insertion keeps current, so a trim costs time in proportion to what it removes.
 Sizes are counted in tokens (SGLang counts characters of raw text; ``max_tree_size`` in this
 project is tokens).
 """
@@ -39,6 +41,9 @@ class ApproxPrefixIndex:
         self.num_replicas = num_replicas
         self._time: list[dict] = [dict() for _ in range(num_replicas)]      # node -> last access s
         self._children: list[dict] = [dict() for _ in range(num_replicas)]  # node -> #children held
+        self._rank: list[dict] = [dict() for _ in range(num_replicas)]      # node -> insertion rank
+        self._next_rank = [0] * num_replicas
+        self._leaves: list[list] = [[] for _ in range(num_replicas)]  # heap (time, rank, node)
         self._size_tokens = [0] * num_replicas
         self._parent: dict = {}   # node -> parent node (None at the root's children)
         self._tokens: dict = {}   # node -> tokens the block covers (last block may be partial)
@@ -86,6 +91,7 @@ class ApproxPrefixIndex:
         """
         held = self._time[replica]
         children = self._children[replica]
+        rank = self._rank[replica]
         parent_map, tokens_map = self._parent, self._tokens
         n = len(hash_ids)
         prev = None
@@ -97,37 +103,57 @@ class ApproxPrefixIndex:
             if h not in held:
                 self._size_tokens[replica] += tokens_map[h]
                 children[h] = 0
+                rank[h] = self._next_rank[replica]
+                self._next_rank[replica] += 1
                 if prev is not None:
                     children[prev] += 1
             held[h] = now_s
             prev = h
+        # Only the path's last node can be a leaf (every other one has the next as a child); its
+        # older heap entries go stale (their time differs, or the node gained a child).
+        if prev is not None and children[prev] == 0:
+            heap = self._leaves[replica]
+            heapq.heappush(heap, (now_s, rank[prev], prev))
+            if len(heap) > 2 * len(held) + 1024:
+                self._compact(replica)
+
+    def _compact(self, replica: int) -> None:
+        """Rebuild ``replica``'s leaf heap from its held leaves (drops stale entries)."""
+        held, children, rank = self._time[replica], self._children[replica], self._rank[replica]
+        heap = [(t, rank[h], h) for h, t in held.items() if children[h] == 0]
+        heapq.heapify(heap)
+        self._leaves[replica] = heap
 
     def evict_to(self, replica: int, max_tokens: int) -> int:
         """Remove LRU leaves of ``replica`` until its size is ``<= max_tokens``; returns blocks
-        removed. Ties in access time break by block id order of insertion into the heap."""
+        removed. Ties in access time go to the node inserted into the tree first.
+
+        Leaves wait in a heap kept up to date by :meth:`insert` (stale entries are skipped when
+        popped and compacted away when they outnumber the held nodes), so a call costs
+        ``O(1 + removed x log n)`` amortised rather than a pass over the whole tree.
+        """
         if self._size_tokens[replica] <= max_tokens:
             return 0
         held = self._time[replica]
         children = self._children[replica]
-        heap = [(t, seq, h) for seq, (h, t) in enumerate(held.items()) if children[h] == 0]
-        heapq.heapify(heap)
-        seq = len(heap)
+        rank = self._rank[replica]
+        heap = self._leaves[replica]
+        tokens, parent = self._tokens, self._parent
         removed = 0
         while heap and self._size_tokens[replica] > max_tokens:
-            t, _, h = heapq.heappop(heap)
-            if h not in held or children[h] != 0 or held[h] != t:
-                continue  # stale entry
+            t, r, h = heapq.heappop(heap)
+            if held.get(h) != t or rank.get(h) != r or children[h] != 0:
+                continue  # stale entry: touched again, gained a child, or removed and re-added
             del held[h]
             del children[h]
-            self._size_tokens[replica] -= self._tokens[h]
+            del rank[h]
+            self._size_tokens[replica] -= tokens[h]
             removed += 1
-            p = self._parent[h]
+            p = parent[h]
             if p is not None and p in children:
                 children[p] -= 1
                 if children[p] == 0:
-                    heapq.heappush(heap, (held[p], seq, p))
-                    seq += 1
+                    heapq.heappush(heap, (held[p], rank[p], p))
         return removed
-
 
 __all__ = ["ApproxPrefixIndex"]

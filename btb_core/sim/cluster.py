@@ -24,6 +24,11 @@ DEFAULT_CHUNK_TOKENS = 8192
 DEFAULT_MAX_RUNNING = 256
 
 
+#: Largest replica count a cluster accepts (per-replica state is allocated up front; the largest
+#: deployments the routers target run hundreds of replicas).
+MAX_REPLICAS = 4096
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     """A routed cluster of identical replicas (one replica = one tensor-parallel node).
@@ -90,23 +95,25 @@ class ClusterConfig:
         for name in ("prefill_s", "load_s", "kv_bytes_per_token", "kv_budget_bytes"):
             if not hasattr(self.cost, name):
                 bad("cost", type(self.cost).__name__, f"must be a btb_core.cost.CostModel (no {name})")
-        if not isinstance(self.num_replicas, int) or self.num_replicas < 1:
-            bad("num_replicas", self.num_replicas, "must be an integer >= 1")
+        def integer(name, hi):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
+                bad(name, value, f"must be an integer in [1, {hi:,}]")
+
+        integer("num_replicas", MAX_REPLICAS)
         if self.scheduler not in SCHEDULERS:
             bad("scheduler", self.scheduler, f"must be one of {SCHEDULERS}")
         if self.kv_admission not in KV_ADMISSIONS:
             bad("kv_admission", self.kv_admission, f"must be one of {KV_ADMISSIONS}")
-        if not isinstance(self.chunk_tokens, int) or self.chunk_tokens < 1:
-            bad("chunk_tokens", self.chunk_tokens, "must be an integer >= 1")
-        if not isinstance(self.max_running, int) or self.max_running < 1:
-            bad("max_running", self.max_running, "must be an integer >= 1")
-        if not (0.0 <= self.kv_reserve_fraction < 1.0):
+        integer("chunk_tokens", 2 ** 31 - 1)
+        integer("max_running", 2 ** 31 - 1)
+        if isinstance(self.kv_reserve_fraction, bool) or not (0.0 <= self.kv_reserve_fraction < 1.0):
             bad("kv_reserve_fraction", self.kv_reserve_fraction, "must be in [0, 1)")
         if self.hbm_kv_capacity_bytes is not None and self.hbm_kv_capacity_bytes <= 0:
             bad("hbm_kv_capacity_bytes", self.hbm_kv_capacity_bytes, "must be > 0 or None")
         for name in ("dram_capacity_bytes", "disk_capacity_bytes"):
             value = getattr(self, name)
-            if not value >= 0:
+            if isinstance(value, bool) or not value >= 0:
                 bad(name, value, "must be >= 0")
         if self.hbm_kv_capacity_bytes is None:
             self.cost.kv_budget_bytes(self.kv_reserve_fraction)  # raises if the model does not fit
