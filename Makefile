@@ -3,8 +3,10 @@ PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LAB_STAMP := $(VENV)/.installed-lab
+BROWSER_STAMP := $(VENV)/.installed-browser
 
-.PHONY: install reproduce test test-py test-notebooks lab bench clean
+.PHONY: install reproduce test test-py test-notebooks test-browser lab bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,18 +22,37 @@ install: $(STAMP)
 reproduce: install
 	$(BIN)/python -m btb_core.notebooks --params notebooks/params/full.yaml --out build/notebooks
 
-## Unit, functional and property tests, then every notebook at its quick defaults under nbval.
-test: install test-py test-notebooks
+## Unit, functional and property tests, every notebook at its quick defaults under nbval, then
+## notebooks 04 and 05 in JupyterLab in a real (headless) browser.
+test: install test-py test-notebooks test-browser
 
 test-py: install
 	$(BIN)/python -m pytest tests
 
 test-notebooks: install
-	BTB_FIGURES_DIR=build/figures-quick BTB_CHART_RENDERER=png $(BIN)/python -m pytest --nbval-lax -p no:cacheprovider notebooks/
+	BTB_FIGURES_DIR=build/figures-quick BTB_CHART_RENDERER=png BTB_PROGRESS=0 $(BIN)/python -m pytest --nbval-lax -p no:cacheprovider notebooks/
 
-## JupyterLab on the project's environment, kernel "Python (btb)" registered.
-lab: install
+## JupyterLab + Playwright, and Debian's Chromium if there is no Chromium (needs root, as in CI).
+## Playwright drives the system browser: no browser is downloaded.
+$(BROWSER_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,lab,browser]'
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  { echo "[btb] installing Debian's chromium for the browser test"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@touch $(BROWSER_STAMP)
+
+## Notebooks 04 and 05 opened in JupyterLab (loopback) in headless Chromium: run all, every chart
+## renders offline, a slider and Run change the output.
+test-browser: $(BROWSER_STAMP)
+	$(BIN)/python -m pytest -p no:cacheprovider tests/browser
+
+$(LAB_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,lab]'
+	@touch $(LAB_STAMP)
+
+## JupyterLab on the project's environment, kernel "Python (btb)" registered (installs only when
+## pyproject.toml changed).
+lab: $(LAB_STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 bench: install

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -36,9 +35,11 @@ def check_names(policies=(), setups=(), schedulers=(), where: str = "") -> None:
     """Raise ConfigError naming the first unknown policy, setup or scheduler (and the valid ones)."""
     from .routers import POLICIES
     from .sim import SCHEDULERS
+    from .cost import REFERENCE_SETUP
     from .specs import SETUPS
 
-    for kind, names, valid in (("policy", policies, sorted(POLICIES)), ("setup", setups, sorted(SETUPS)),
+    for kind, names, valid in (("policy", policies, sorted(POLICIES)),
+                               ("setup", setups, sorted([*SETUPS, REFERENCE_SETUP])),
                                ("scheduler", schedulers, list(SCHEDULERS))):
         for name in names:
             if name not in valid:
@@ -376,13 +377,9 @@ def _continuous(windows, policies, setups, schedulers, replicas, seed, router_pa
 
 
 def _bar(total, progress, desc):
-    if progress is None:
-        progress = sys.stderr.isatty()
-    if not progress:
-        return None
-    from tqdm.auto import tqdm
+    from .progress import progress_bar
 
-    return tqdm(total=total, desc=desc, unit="window")
+    return progress_bar(total, desc, "window", progress)
 
 
 # ------------------------------------------------------------------ datasets for notebooks

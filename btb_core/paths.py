@@ -12,12 +12,14 @@ DATA_DIR = REPO_ROOT / "data"
 
 
 def figures_dir() -> Path:
-    """Where notebooks save figures: ``$BTB_FIGURES_DIR`` if set, else ``<repo>/figures``.
+    """Where notebooks save figures: ``$BTB_FIGURES_DIR`` if set, else ``<repo>/build/figures``.
 
-    ``make test`` points this at ``build/figures-quick`` so quick-parameter runs never overwrite the
-    full-size figures shipped in ``figures/``. A relative path is taken from the repository root.
+    Only ``make reproduce`` (``python -m btb_core.notebooks --params ...``) points this at the shipped
+    ``figures/``; ``make test`` uses ``build/figures-quick``; a notebook run by hand (JupyterLab) writes
+    to ``build/figures`` so it never overwrites the full-size figures. A relative path is taken from the
+    repository root.
     """
-    path = Path(os.environ.get("BTB_FIGURES_DIR", REPO_ROOT / "figures"))
+    path = Path(os.environ.get("BTB_FIGURES_DIR", REPO_ROOT / "build" / "figures"))
     if not path.is_absolute():
         path = REPO_ROOT / path
     path.mkdir(parents=True, exist_ok=True)

@@ -34,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -379,11 +378,9 @@ def _run_locked(grid, out, cells, executor, workers, scheduler_address, progress
     if limit is not None:
         pending = pending[:limit]
     jobs = [(c, grid.dataset, grid.split) for c in pending]
-    bar = None
-    if progress or (progress is None and sys.stderr.isatty()):
-        from tqdm.auto import tqdm
+    from .progress import progress_bar
 
-        bar = tqdm(total=len(jobs), desc="sweep", unit="cell")
+    bar = progress_bar(len(jobs), "sweep", "cell", progress) if jobs else None
 
     def done(row):
         _write_part(out, row)

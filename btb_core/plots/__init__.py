@@ -17,10 +17,28 @@ from ..paths import figures_dir
 # Our builders thin their data themselves; a long timeline may still exceed altair's default cap.
 alt.data_transformers.disable_max_rows()
 
-# Headless runs (papermill via `make reproduce`, nbval) set BTB_CHART_RENDERER=png so the executed
-# notebooks carry static images that show offline and on code hosts; JupyterLab stays interactive.
-if os.environ.get("BTB_CHART_RENDERER"):
-    alt.renderers.enable(os.environ["BTB_CHART_RENDERER"])
+
+
+def enable_renderer(name: str | None = None) -> str:
+    """Choose how charts display in a notebook; returns the renderer's name.
+
+    ``name`` (default ``$BTB_CHART_RENDERER``) is any altair renderer: headless runs (papermill via
+    ``make reproduce``, nbval) use ``png`` so the executed notebooks carry static images that read
+    offline and on code hosts. Without one, charts are interactive and need no network: altair's
+    ``jupyter`` renderer (an anywidget whose Vega / Vega-Lite / vega-embed JavaScript is bundled
+    from the ``vl-convert-python`` package, so the Vega-Lite version always matches altair's)
+    instead of the default ``html`` renderer, which loads vega from a public CDN and shows "Error
+    loading script" offline (JupyterLab's own Vega extension renders Vega-Lite 5 only).
+    """
+    name = name or os.environ.get("BTB_CHART_RENDERER") or "jupyter"
+    if name == "jupyter":
+        alt.renderers.enable("jupyter", offline=True)
+    else:
+        alt.renderers.enable(name)
+    return name
+
+
+enable_renderer()
 
 
 #: Fixed policy order so every chart reads the same way.
@@ -44,7 +62,8 @@ def save_chart(chart: alt.TopLevelMixin, stem: str, directory: Path | None = Non
     stem : str
         File name without extension, e.g. ``"00_prefill_vs_transfer"``.
     directory : Path, optional
-        Defaults to :func:`btb_core.paths.figures_dir` (``$BTB_FIGURES_DIR`` or ``figures/``).
+        Defaults to :func:`btb_core.paths.figures_dir` (``$BTB_FIGURES_DIR``, else ``build/figures/``:
+        only ``make reproduce`` writes the shipped ``figures/``).
     scale : float
         PNG pixel scale factor.
 
@@ -65,4 +84,4 @@ def save_chart(chart: alt.TopLevelMixin, stem: str, directory: Path | None = Non
     return [png, svg]
 
 
-__all__ = ["POLICY_ORDER", "policy_order", "save_chart"]
+__all__ = ["POLICY_ORDER", "enable_renderer", "policy_order", "save_chart"]

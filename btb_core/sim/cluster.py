@@ -120,12 +120,26 @@ class ClusterConfig:
 
     @classmethod
     def from_setup(cls, setup: str = "70b_h100x4", **kwargs) -> "ClusterConfig":
-        """Build from a setup name of :data:`btb_core.specs.SETUPS` (e.g. ``"70b_h100x4"``)."""
-        from ..cost import cost_model_for_setup
+        """Build from a setup name of :data:`btb_core.specs.SETUPS` (e.g. ``"70b_h100x4"``).
+
+        ``attention=False`` selects :func:`btb_core.cost.linear_cost_model` (on ``70b_h100x4`` the
+        reference study's published constants); ``"70b_h100x4_reference"`` is always that linear
+        model. ``mfu`` / ``mbu`` / ``attention`` are cost-model fields, every other keyword a
+        ClusterConfig field.
+        """
+        from ..cost import REFERENCE_SETUP, cost_model_for_setup, linear_cost_model
 
         cost_overrides = {k: kwargs.pop(k) for k in ("mfu", "mbu", "attention") if k in kwargs}
+        if setup == REFERENCE_SETUP:
+            cost_overrides["attention"] = False  # the published linear table, by definition
         try:
-            cost = cost_model_for_setup(setup, **cost_overrides)
+            if cost_overrides.get("attention", True) is False:
+                # the reference study's linear model (its rounded constants on 70b_h100x4)
+                cost_overrides.pop("attention")
+                cost = linear_cost_model(setup)
+                cost = cost.replace(**cost_overrides) if cost_overrides else cost
+            else:
+                cost = cost_model_for_setup(setup, **cost_overrides)
         except KeyError as exc:
             raise ConfigError(str(exc.args[0]) if exc.args else str(exc)) from None
         return cls(cost=cost, setup_name=setup, **kwargs)
