@@ -41,8 +41,8 @@ def register(sub) -> None:
                       help="independent router instances of the policy, each with its own state and "
                            "in-flight counts (default 1)")
     prod.add_argument("--router-assign", default="round_robin", choices=("round_robin", "session"),
-                      help="split arrivals across instances round-robin (default) or by session / "
-                           "first-block hash")
+                      help="split arrivals across instances round-robin (default) or by a hash "
+                           "of the session id (the trace's, else inferred from chained prefixes)")
     prod.add_argument("--router-sync-s", type=float, default=0.0, metavar="S",
                       help="instances exchange prefix-index updates every S seconds (0: never)")
     prod.add_argument("--kv-event-lag-s", type=float, default=0.0, metavar="L",
@@ -73,15 +73,16 @@ def register(sub) -> None:
 
 
 def _router(policy: str, params: list[str], routers: int = 1, assign: str = "round_robin",
-            sync_s: float = 0.0):
+            sync_s: float = 0.0, trace=None):
     from ..routers import parse_router_params, policy_class
-    from ..routers.instances import RouterInstances
+    from ..routers.instances import RouterInstances, trace_session_ids
 
     cls = policy_class(policy)
     kwargs = parse_router_params(cls, params)
     if routers == 1 and sync_s == 0.0:
         return cls(**kwargs)
-    return RouterInstances.of_policy(cls, kwargs, routers, assign, sync_s)
+    sessions = trace_session_ids(trace) if (assign == "session" and trace is not None) else None
+    return RouterInstances.of_policy(cls, kwargs, routers, assign, sync_s, sessions)
 
 
 def _production_flags_used(args) -> list[str]:
@@ -200,7 +201,7 @@ def run(args) -> int:
     cluster = ClusterConfig.from_setup(args.setup[0], num_replicas=args.replicas, scheduler=args.scheduler,
                                        attention=not args.linear, kv_admission=args.kv_admission)
     router = _router(args.policy[0], args.router_param, args.routers, args.router_assign,
-                     args.router_sync_s)
+                     args.router_sync_s, trace)
     progress = (not args.json) and sys.stderr.isatty()
     plan = _session_plan(trace, args.json) if args.closed_loop else None
     result = simulate(plan.trace if plan is not None else trace, router, cluster, seed=args.seed,

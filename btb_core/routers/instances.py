@@ -13,9 +13,11 @@ interface: ``reset``, ``route``, the hooks, and the optional index-sync methods)
 works behind it without edits.
 
 - Assignment (``assign``): ``"round_robin"`` by arrival (a load balancer in front of the
-  gateways), or ``"session"``: a stable hash of the request's ``session_id`` when it carries one,
-  else of its first block id (turns of one conversation, and requests of one job, share it), as a
-  sticky load balancer would.
+  gateways), or ``"session"``: a stable hash (CRC-32) of the request's session id, as a sticky
+  load balancer would: from ``session_ids`` (one per trace row, e.g. the trace's ``session_id``
+  column or :func:`btb_core.sessions.infer_sessions`), else the request's own ``session_id``
+  attribute, else its first block id (requests of one job share it; note that in traces where
+  every prompt starts with one system prompt this sends everything to one instance).
 - Sync (``sync_s``): every ``sync_s`` seconds of simulated time the instances exchange the prefix
   index updates they made since the last exchange (SGLang's mesh tree sync; Dynamo's
   ``router_replica_sync`` shares its active-sequence book instead, which is not modelled). ``0``:
@@ -67,6 +69,8 @@ class RouterInstances(Router):
         How arrivals are split across instances.
     sync_s : float >= 0
         Seconds between prefix-index exchanges; 0 = never.
+    session_ids : sequence, optional
+        Session id of each trace row (by request index), for ``assign="session"``.
 
     Raises
     ------
@@ -75,7 +79,7 @@ class RouterInstances(Router):
     """
 
     def __init__(self, factory, num_instances: int, assign: str = "round_robin",
-                 sync_s: float = 0.0) -> None:
+                 sync_s: float = 0.0, session_ids=None) -> None:
         if isinstance(num_instances, bool) or not isinstance(num_instances, int) or num_instances < 1:
             raise ConfigError(f"--routers={num_instances!r} must be an integer >= 1")
         if assign not in ASSIGN_MODES:
@@ -87,13 +91,14 @@ class RouterInstances(Router):
         self.num_instances = num_instances
         self.assign = assign
         self.sync_s = float(sync_s)
+        self.session_ids = None if session_ids is None else list(session_ids)
         self.name = getattr(self.instances[0], "name", "instances")
 
     @classmethod
     def of_policy(cls, policy_cls, params: dict, num_instances: int, assign: str = "round_robin",
-                  sync_s: float = 0.0) -> "RouterInstances":
+                  sync_s: float = 0.0, session_ids=None) -> "RouterInstances":
         """``num_instances`` fresh ``policy_cls(**params)`` routers."""
-        return cls(lambda k: policy_cls(**params), num_instances, assign, sync_s)
+        return cls(lambda k: policy_cls(**params), num_instances, assign, sync_s, session_ids)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def reset(self, view) -> None:
@@ -129,7 +134,11 @@ class RouterInstances(Router):
             k = self._next
             self._next = (k + 1) % n
             return k
-        key = getattr(request, "session_id", None)
+        key = None
+        if self.session_ids is not None:
+            key = self.session_ids[request.index]
+        if key is None:
+            key = getattr(request, "session_id", None)
         if key is None:
             ids = request.hash_ids
             key = ids[0] if len(ids) else request.index
@@ -177,7 +186,6 @@ class RouterInstances(Router):
         if k is not None:
             self.instances[k].on_transfer_done(transfer_id, src, dst, num_blocks)
 
-
     def on_blocks_complete(self, request, replica: int, complete_blocks: int) -> None:
         """Chunk completions are cluster events: every instance that listens hears them."""
         for hook in self._block_hooks:
@@ -190,4 +198,18 @@ class RouterInstances(Router):
                 hook()
 
 
-__all__ = ["ASSIGN_MODES", "RouterInstances"]
+def trace_session_ids(trace):
+    """Session id per row of ``trace``: its ``session_id`` column, else sessions inferred from
+    chained prefixes (:func:`btb_core.sessions.infer_sessions`), else None (no prefix info)."""
+    table = trace.table
+    if "session_id" in table.columns:
+        return table["session_id"].tolist()
+    try:
+        from ..sessions import infer_sessions
+
+        return infer_sessions(trace).table["session_id"].tolist()
+    except Exception:   # noqa: BLE001 - no prefix info or a grouped trace: fall back per request
+        return None
+
+
+__all__ = ["ASSIGN_MODES", "RouterInstances", "trace_session_ids"]
