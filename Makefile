@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,gateway]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name btb --display-name "Python (btb)" >/dev/null
 	@touch $(STAMP)
 
@@ -31,7 +31,7 @@ test-notebooks: install
 
 ## JupyterLab on the project's environment, kernel "Python (btb)" registered.
 lab: install
-	$(BIN)/python -m pip install -q -e '.[dev,lab]'
+	$(BIN)/python -m pip install -q -e '.[dev,gateway,lab]'
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 bench: install

@@ -155,3 +155,8 @@ class Router:
     # Optional hooks, called only when a router defines them (no cost for the others):
     # ``on_blocks_complete(request, replica, complete_blocks)`` after a prefill chunk makes more of
     # a prompt's leading blocks complete, and ``on_run_end()`` after the last event.
+
+    def close(self) -> None:
+        """Called once when a run ends, fails or is interrupted: release external resources
+        (the ``sglang_gateway`` policy stops its gateway process here). A later :meth:`reset`
+        may start them again."""
