@@ -18,7 +18,11 @@ from ..fileio import jsonable
 def register(sub) -> None:
     p = sub.add_parser("gateway-check", help="compare cache_aware with the real SGLang gateway on a trace",
                        description=__doc__)
-    p.add_argument("--trace", type=Path, required=True, help="a trace file (as for btb replay --trace)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trace", type=Path, help="a trace file (as for btb replay --trace)")
+    src.add_argument("--burst", action="store_true",
+                     help="instead of a trace: notebook 03's same-prefix burst (480 requests sharing a "
+                          "65,536-token prefix, each with its own 1,024-token suffix, over 60 s)")
     p.add_argument("--replicas", type=int, default=4, help="replicas (default 4)")
     p.add_argument("--setup", default="70b_h100x4", help="model x hardware setup (default 70b_h100x4)")
     p.add_argument("--scheduler", default="chunked", choices=("prefill_first", "chunked"))
@@ -51,21 +55,28 @@ def run(args) -> int:
     variants = None
     if args.cache_aware_param:
         variants = [parse_router_params(policy_class("cache_aware"), args.cache_aware_param)]
-    trace = load_trace(args.trace)
-    trace.require_prefix_info("gateway-check (prefix routing)")
+    if args.burst:
+        from ..scenarios import ScenarioSpec, build
+
+        trace = build(ScenarioSpec("burst", 480, 60.0, 65_536, 1_024))
+        label = "same-prefix burst (480 x 65,536 + 1,024 tokens over 60 s)"
+    else:
+        trace = load_trace(args.trace)
+        trace.require_prefix_info("gateway-check (prefix routing)")
+        label = str(args.trace)
     cluster = ClusterConfig.from_setup(args.setup, num_replicas=args.replicas, scheduler=args.scheduler)
     res = gateway_check(trace, cluster, seed=args.seed, gateway_params=gw_params, variants=variants,
                         progress=(not args.json) and sys.stderr.isatty())
     if args.json:
         print(json.dumps(jsonable({
-            "trace": str(args.trace), "replicas": args.replicas, "setup": args.setup,
+            "trace": label, "replicas": args.replicas, "setup": args.setup,
             "scheduler": args.scheduler, "seed": args.seed, "gateway_params": gw_params,
             "summary": res.summary.to_dict("records"),
             "replicas_per_run": res.replicas.to_dict("records"),
             "ttft": res.ttft.to_dict("records")}), indent=2))
         return 0
     with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(f"{args.trace}: {len(res.decisions)} requests, {args.replicas} replicas\n")
+        print(f"{label}: {len(res.decisions)} requests, {args.replicas} replicas\n")
         print("agreement with the real gateway (step: same state; replay: independent runs)")
         print(res.summary.to_string(index=False, float_format="%.4f"))
         print("\nrequests per replica")

@@ -120,6 +120,9 @@ class Router:
     """
 
     name: str = "base"
+    #: True for a policy backed by an external process (``sglang_gateway``); default policy lists
+    #: leave such policies out unless they are named.
+    external: bool = False
 
     def reset(self, view: ClusterView) -> None:
         """Called once before the first arrival of a run; keep ``view`` and clear state."""

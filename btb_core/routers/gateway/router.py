@@ -60,6 +60,8 @@ class SGLangGatewayRouter(Router):
     """
 
     name = "sglang_gateway"
+    #: Starts a real process: default policy lists (``btb suite``) leave it out unless named.
+    external = True
     PARAMS = (
         RouterParam("gateway_policy", str, "cache_aware", "the gateway's --policy",
                     GATEWAY_POLICIES),
