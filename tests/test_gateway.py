@@ -250,3 +250,15 @@ def test_gateway_check_cli_json(tmp_path, capsys):
     assert {r["run"] for r in d["ttft"]} >= {"gateway"}
     assert main(["gateway-check", "--trace", str(trace), "--router-param",
                  "gateway_policy=round_robin"]) == 2
+
+
+@needs_gateway
+def test_settle_waits_until_the_gateways_loads_match_the_simulation():
+    with SGLangGateway(2, request_timeout_s=1.0) as gw:
+        rid, r = gw.dispatch("one request in flight")
+        gw.settle()
+        assert gw.loads()[r] == 1
+        gw.expected_load[r] += 1          # the simulation claims one more than the gateway holds
+        gw._dirty = True
+        with pytest.raises(GatewayError, match="did not settle"):
+            gw.settle()
