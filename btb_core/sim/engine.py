@@ -1073,4 +1073,6 @@ def simulate(trace, router, cluster, seed: int = 0, progress: bool | None = None
                          kv_event_lag_s=kv_event_lag_s, load_lag_s=load_lag_s, sessions=sessions,
                          think_s=think_s).run()
     finally:
-        router.close()  # external resources (the real gateway) end with the run, whatever happens
+        close = getattr(router, "close", None)  # duck-typed routers may not define it
+        if close is not None:
+            close()  # external resources (the real gateway) end with the run, whatever happens
