@@ -11,7 +11,7 @@ BROWSER_STAMP := $(VENV)/.installed-browser
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,gateway]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name btb --display-name "Python (btb)" >/dev/null
 	@touch $(STAMP)
 
@@ -35,7 +35,7 @@ test-notebooks: install
 ## JupyterLab + Playwright, and Debian's Chromium if there is no Chromium (needs root, as in CI).
 ## Playwright drives the system browser: no browser is downloaded.
 $(BROWSER_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[dev,lab,browser]'
+	$(BIN)/python -m pip install -q -e '.[dev,gateway,lab,browser]'
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
 	  { echo "[btb] installing Debian's chromium for the browser test"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
@@ -47,7 +47,7 @@ test-browser: $(BROWSER_STAMP)
 	$(BIN)/python -m pytest -p no:cacheprovider tests/browser
 
 $(LAB_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[dev,lab]'
+	$(BIN)/python -m pip install -q -e '.[dev,gateway,lab]'
 	@touch $(LAB_STAMP)
 
 ## JupyterLab on the project's environment, kernel "Python (btb)" registered (installs only when

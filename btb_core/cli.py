@@ -14,14 +14,14 @@ import sys
 
 from .errors import BTBError
 
-COMMANDS = ("cost", "audit", "synth", "replay", "sweep", "suite")
+COMMANDS = ("cost", "audit", "synth", "replay", "sweep", "suite", "gateway-check")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="btb", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
-        importlib.import_module(f"btb_core.commands.{name}").register(sub)
+        importlib.import_module(f"btb_core.commands.{name.replace('-', '_')}").register(sub)
     return parser
 
 

@@ -37,7 +37,8 @@ from .errors import ConfigError
 #: Tokens per block of the suite's traces (the Mooncake trace block, ``trace.MOONCAKE_BLOCK_TOKENS``).
 SUITE_BLOCK_TOKENS = 512
 
-#: Policies :func:`run_suite` runs by default: every policy of :data:`btb_core.routers.POLICIES`.
+#: Policies :func:`run_suite` runs by default: every policy of :data:`btb_core.routers.POLICIES`
+#: except external ones (``sglang_gateway`` starts a real process; name it to include it).
 DEFAULT_SETUP = "70b_h100x4"
 
 
@@ -307,7 +308,8 @@ def run_suite(policies=None, shape_list=None, seed: int = 0, workers: int = 1,
     Parameters
     ----------
     policies : sequence of str, optional
-        Default: every policy of :data:`btb_core.routers.POLICIES`.
+        Default: every policy of :data:`btb_core.routers.POLICIES` except external ones
+        (``Router.external``: ``sglang_gateway``).
     shape_list : sequence of Shape, optional
         Default: :func:`shapes` (the full suite).
     seed : int
@@ -327,7 +329,8 @@ def run_suite(policies=None, shape_list=None, seed: int = 0, workers: int = 1,
     from .experiment import check_names
     from .routers import POLICIES
 
-    policies = list(policies) if policies else list(POLICIES)
+    policies = (list(policies) if policies
+                else [p for p, c in POLICIES.items() if not getattr(c, "external", False)])
     check_names(policies=policies, where="btb suite: ")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"btb suite: workers={workers!r} must be an integer >= 1")

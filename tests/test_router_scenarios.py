@@ -124,7 +124,8 @@ def test_btb_pause_option_runs_and_copies_the_same(cluster, burst):
     assert len(res.transfers) == 4
 
 
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+# sglang_gateway (a real process) has its own determinism test in tests/test_gateway.py.
+@pytest.mark.parametrize("policy", sorted(set(POLICIES) - {"sglang_gateway"}))
 def test_every_policy_is_deterministic_for_a_seed(cluster, policy):
     trace = build(ScenarioSpec("burst", 40, 10.0, PREFIX, 256, num_prefixes=2))
     a, b = run(trace, policy, cluster, seed=3), run(trace, policy, cluster, seed=3)

@@ -7,6 +7,7 @@ from .base import ClusterView, Router
 from .btb import BTBRouter
 from .btb_adaptive import BTBAdaptiveRouter
 from .cache_aware import CacheAwareRouter
+from .gateway.router import SGLangGatewayRouter
 from .kv_aware import KvAwareRouter
 from .least_load import LeastLoadRouter
 from .llm_d import LlmDRouter
@@ -26,6 +27,7 @@ POLICIES: dict[str, type[Router]] = {
     LlmDRouter.name: LlmDRouter,
     BTBRouter.name: BTBRouter,
     BTBAdaptiveRouter.name: BTBAdaptiveRouter,
+    SGLangGatewayRouter.name: SGLangGatewayRouter,
 }
 
 

@@ -120,6 +120,9 @@ class Router:
     """
 
     name: str = "base"
+    #: True for a policy backed by an external process (``sglang_gateway``); default policy lists
+    #: leave such policies out unless they are named.
+    external: bool = False
 
     def reset(self, view: ClusterView) -> None:
         """Called once before the first arrival of a run; keep ``view`` and clear state."""
@@ -155,3 +158,8 @@ class Router:
     # Optional hooks, called only when a router defines them (no cost for the others):
     # ``on_blocks_complete(request, replica, complete_blocks)`` after a prefill chunk makes more of
     # a prompt's leading blocks complete, and ``on_run_end()`` after the last event.
+
+    def close(self) -> None:
+        """Called once when a run ends, fails or is interrupted: release external resources
+        (the ``sglang_gateway`` policy stops its gateway process here). A later :meth:`reset`
+        may start them again."""

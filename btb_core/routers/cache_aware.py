@@ -27,9 +27,17 @@ The decision per request, with ``load`` = in-flight requests this router dispatc
    releases, as the file's header comment still describes);
 3. in every case insert the prompt into the chosen replica's tree.
 
-Ties: among replicas with the same longest match the lower load wins, then the lower index (SGLang
-returns the first tenant of a concurrent hash map, an arbitrary order); least-load ties go to the
-lowest index (``min_by_key`` returns the first minimum). Trees are trimmed every
+Ties (checked against the real gateway, sglang-router 0.3.2, by ``btb gateway-check``): among
+replicas with the same longest match the gateway returns the tenant cached on the tree node where
+the match ends, which is the tenant that *created* that node, i.e. the replica that was first sent
+a prompt containing the deepest matched block (``Node::last_tenant`` in
+``sgl-model-gateway/src/policies/tree.rs``, sgl-project/sglang @ 03744dbe; older trees returned the
+first tenant of a concurrent hash map). ``tie_break="first_holder"`` does the same; if that replica
+no longer holds the block (evicted) the lower load, then the lower index, wins.
+``tie_break="least_load"`` (the default, kept so that published results do not move) sends the
+tie to the lower load, then the lower index; README "Real gateway" gives the agreement of both.
+Least-load ties go to the lowest index (``min_by_key`` returns the first minimum; the
+``sglang_gateway`` adapter numbers replicas in the gateway's worker order so this matches). Trees are trimmed every
 ``eviction_interval_s`` of simulated time to ``max_tree_size`` tokens per replica by LRU leaf
 eviction (the gateway runs the same loop in a background thread).
 
@@ -103,6 +111,10 @@ class CacheAwareRouter(Router):
         Match against the router's own tree (SGLang) or the true cache contents.
     kv_event_tiers : str
         Comma list of tiers counted in ``kv_events`` mode (default all: ``"hbm,dram,disk"``).
+    tie_break : {"first_holder", "least_load"}
+        Among replicas that share the longest match: the one that first held the deepest matched
+        block (the gateway, see the module docstring), or the lower load then lower index
+        (default).
 
     Raises
     ------
@@ -128,13 +140,17 @@ class CacheAwareRouter(Router):
         RouterParam("match_mode", str, "tree", "match against own tree or true cache (KV events)",
                     ("tree", "kv_events")),
         RouterParam("kv_event_tiers", str, "hbm,dram,disk", "tiers counted in kv_events mode"),
+        RouterParam("tie_break", str, "least_load", "among replicas with the longest match: the "
+                    "first to hold the deepest block (gateway) or the least loaded",
+                    ("first_holder", "least_load")),
     )
 
     def __init__(self, cache_threshold: float = 0.3, balance_abs_threshold: int = 64,
                  balance_rel_threshold: float = 1.5, eviction_interval_s: float = 120.0,
                  max_tree_size: int = 2 ** 26, balance_token_usage_threshold: float = 1.0,
                  overload_token_usage_threshold: float = 1.0, miss_policy: str = "least_load",
-                 match_mode: str = "tree", kv_event_tiers: str = "hbm,dram,disk") -> None:
+                 match_mode: str = "tree", kv_event_tiers: str = "hbm,dram,disk",
+                 tie_break: str = "least_load") -> None:
         p = self.name
         check_range(p, "cache_threshold", cache_threshold, 0.0, 1.0)
         check_range(p, "balance_abs_threshold", balance_abs_threshold, 0, integer=True)
@@ -148,6 +164,9 @@ class CacheAwareRouter(Router):
                               "'smallest_tree'")
         if match_mode not in ("tree", "kv_events"):
             raise ConfigError(f"{p}: match_mode={match_mode!r} must be 'tree' or 'kv_events'")
+        if tie_break not in ("first_holder", "least_load"):
+            raise ConfigError(f"{p}: tie_break={tie_break!r} must be 'first_holder' or 'least_load'")
+        self.tie_break = tie_break
         self.cache_threshold = float(cache_threshold)
         self.balance_abs_threshold = int(balance_abs_threshold)
         self.balance_rel_threshold = float(balance_rel_threshold)
@@ -200,6 +219,11 @@ class CacheAwareRouter(Router):
                        for r in range(n)]
         loads = self.load.loads
         best = min(range(n), key=lambda r: (-matched[r], loads[r], r))
+        if self.tie_break == "first_holder" and self.match_mode == "tree" and matched[best] > 0:
+            k = self.tree.match_blocks(best, ids)
+            first = self.tree.first_holder(ids[k - 1]) if k > 0 else None
+            if first is not None and matched[first] == matched[best]:
+                best = first
         return best, matched[best]
 
     def choose(self, request) -> int:

@@ -124,6 +124,14 @@ class RouterInstances(Router):
         self.routed = [0] * self.num_instances
         self.syncs = 0
 
+    def close(self) -> None:
+        """Close every distinct instance (each ``sglang_gateway`` instance stops its gateway)."""
+        seen = set()
+        for router in self.instances:
+            if id(router) not in seen:
+                seen.add(id(router))
+                router.close()
+
     # -- assignment and sync -------------------------------------------------------------------
     def instance_of(self, request) -> int:
         """The instance that routes ``request`` (advances the round-robin pointer)."""

@@ -47,6 +47,7 @@ class ApproxPrefixIndex:
         self._size_tokens = [0] * num_replicas
         self._parent: dict = {}   # node -> parent node (None at the root's children)
         self._tokens: dict = {}   # node -> tokens the block covers (last block may be partial)
+        self._first: dict = {}    # node -> replica that inserted it first (the gateway's tenant)
 
     # -- queries -------------------------------------------------------------------------------
     def match_blocks(self, replica: int, hash_ids: Sequence) -> int:
@@ -65,6 +66,17 @@ class ApproxPrefixIndex:
                      block_tokens: int) -> int:
         """Matched prompt tokens: ``min(matched_blocks * block_tokens, input_length)``."""
         return min(self.match_blocks(replica, hash_ids) * block_tokens, int(input_length))
+
+    def first_holder(self, node) -> int | None:
+        """The replica whose prompt first inserted block ``node`` into any tree, or None.
+
+        In SGLang's character tree a node's cached tenant (``last_tenant``) is the tenant that
+        created it, split nodes inherit it, and ``prefix_match_with_counts`` returns that tenant for
+        the node where the match ends while it still holds the node (``tree.rs``, sgl-project/sglang
+        @ 03744dbe). With chained ids, the creator of the characters of block ``node`` is the first
+        replica that inserted a prompt containing ``node``.
+        """
+        return self._first.get(node)
 
     def size_tokens(self, replica: int) -> int:
         """Tokens held in ``replica``'s tree (SGLang ``tenant_char_count``, in tokens)."""
@@ -100,6 +112,7 @@ class ApproxPrefixIndex:
                 tokens_map[h] = (block_tokens if i < n - 1
                                  else max(1, int(input_length) - (n - 1) * block_tokens))
                 parent_map[h] = prev
+                self._first[h] = replica
             if h not in held:
                 self._size_tokens[replica] += tokens_map[h]
                 children[h] = 0

@@ -1068,6 +1068,11 @@ def simulate(trace, router, cluster, seed: int = 0, progress: bool | None = None
     ConfigError
         If a request can never fit a replica's KV budget, or arrivals are not sorted.
     """
-    return Simulator(trace, router, cluster, seed=seed, progress=progress,
-                     kv_event_lag_s=kv_event_lag_s, load_lag_s=load_lag_s, sessions=sessions,
-                     think_s=think_s).run()
+    try:
+        return Simulator(trace, router, cluster, seed=seed, progress=progress,
+                         kv_event_lag_s=kv_event_lag_s, load_lag_s=load_lag_s, sessions=sessions,
+                         think_s=think_s).run()
+    finally:
+        close = getattr(router, "close", None)  # duck-typed routers may not define it
+        if close is not None:
+            close()  # external resources (the real gateway) end with the run, whatever happens
