@@ -135,3 +135,22 @@ def test_cli_events(tmp_path, capsys):
     assert main(["replay", "--trace", str(path), "--events", str(ev)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no such replica at that time (replicas 0..3)" in err
+
+
+def test_production_drivers():
+    from btb_core.production import (admission_comparison, event_runs, event_summary, event_timeline,
+                                     session_comparison)
+
+    tr = load_trace(shipped_traces()["mooncake_conversation"]).rows(0, 200)
+    loops = session_comparison(tr, ["cache_aware"], cluster(2), think_s=1.0)
+    assert loops["loop"].tolist() == ["open", "closed"] and (loops["requests"] == 200).all()
+    assert loops["sessions"].nunique() == 1
+    adm = admission_comparison(tr, ["least_load"], cluster(1).with_(hbm_kv_capacity_bytes=int(48e9)))
+    assert adm["kv_admission"].tolist() == ["reserve", "paged"] and adm["preemptions"].iloc[0] == 0
+    events = [ClusterEvent(float(tr.arrival_s[100]), "add", 2)]
+    runs = event_runs(tr, ["least_load", "btb"], cluster(2), events, m_replicas=1)
+    summ = event_summary(runs, events)
+    assert summ["added_replicas"].tolist() == [1, 1]
+    assert (summ["first_request_on_added_s"].dropna() >= events[0].t_s).all()
+    series, copies = event_timeline(runs)
+    assert set(series["replica"]) == {0, 1, 2} and set(series["policy"]) == {"least_load", "btb"}
