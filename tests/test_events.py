@@ -13,7 +13,7 @@ from btb_core.trace import load_trace, make_trace, shipped_traces
 
 BT = 16
 POLICIES = ["round_robin", "random", "power_of_two", "least_load", "cache_aware", "kv_aware",
-            "llm_d", "btb"]
+            "llm_d", "btb", "btb_adaptive"]
 
 
 def cluster(n):
@@ -154,3 +154,18 @@ def test_production_drivers():
     assert (summ["first_request_on_added_s"].dropna() >= events[0].t_s).all()
     series, copies = event_timeline(runs)
     assert set(series["replica"]) == {0, 1, 2} and set(series["policy"]) == {"least_load", "btb"}
+
+
+def test_btb_adaptive_rewarms_a_new_replica_after_a_failure():
+    from btb_core.production import event_runs, event_summary
+    from btb_core.scenarios import ScenarioSpec, build
+
+    # 16 requests/s: the demand-sized warm set wants every replica, so losing one re-warms the new
+    tr = build(ScenarioSpec("burst", 480, 30.0, 65536, 1024))
+    events = [ClusterEvent(12.0, "fail", 1), ClusterEvent(16.0, "add", 4)]
+    res = event_runs(tr, ["btb_adaptive"], cluster(4), events)
+    summ = event_summary(res, events).iloc[0]
+    assert summ["copies_to_added"] >= 1 and summ["first_copy_to_added_s"] > 16.0
+    assert summ["requests_on_added"] > 0 and summ["first_request_on_added_s"] >= 16.0
+    req = res["btb_adaptive"].requests
+    assert len(req) == 480 and (req["finish_s"] > 0).all()

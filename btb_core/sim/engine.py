@@ -257,6 +257,8 @@ class Simulator:
         return k
 
     def unpin_prefix(self, replica, hash_ids, num_blocks) -> None:
+        if self.cluster_events and self.replica_state[replica] == "failed":
+            return                    # the failure dropped every pin with the cache
         hash_ids = tuple(hash_ids)
         pieces = self._pieces(hash_ids)
         if pieces is None:
@@ -615,6 +617,7 @@ class Simulator:
         rep.paused_until = 0.0
         rep.copy_marks = {}
         rep.copy_lengths = set()
+        rep.holds = []
         rep.epoch += 1
         rep.cache.clear(not self.cluster.disk_shared)
         self._sample_queue(rep)
@@ -668,6 +671,11 @@ class Simulator:
             if not src.busy and src.waiting:
                 self._plan(src)
         tr.landed_blocks = 0
+        if dst_ok and dst.holds:      # requests held for this copy on a live destination go on
+            dst.holds = [h for h in dst.holds if h[3] != tr.tid]
+            if not dst.busy and dst.waiting and not dst.kick_pending:
+                dst.kick_pending = True
+                self._push(self.now, _KICK, dst)
         self.router.on_transfer_done(tr.tid, tr.src, tr.dst, 0)
         return True
 
