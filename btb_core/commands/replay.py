@@ -62,6 +62,10 @@ def register(sub) -> None:
     p.add_argument("--think-s", type=float, default=None, metavar="SECONDS",
                    help="with --closed-loop: exponential think time of this mean, seeded by --seed "
                         "(default: the trace's gap between consecutive turns)")
+    p.add_argument("--events", type=Path, default=None, metavar="FILE",
+                   help="trace mode: YAML list of cluster events {t_s, action: add|fail|drain, "
+                        "replica}: add a cold replica, fail one (cache and requests lost, requests "
+                        "retried elsewhere) or drain one (no new requests)")
     p.add_argument("--kv-admission", default="reserve", choices=("reserve", "paged"),
                    help="trace mode: reserve (default) = KV for prompt + output reserved at admission, "
                         "no preemption; paged = blocks allocated as decode grows, the newest running "
@@ -156,6 +160,8 @@ def _check_session_args(args) -> None:
         raise ConfigError("--think-s needs --closed-loop")
     if args.think_s is not None and not (args.think_s >= 0 and args.think_s != float("inf")):
         raise ConfigError(f"--think-s {args.think_s}: must be a number >= 0 (seconds)")
+    if args.events is not None and args.dataset is not None:
+        raise ConfigError("--events applies to one continuous run; use it with --trace, not --dataset")
     if args.kv_admission != "reserve" and args.dataset is not None:
         raise ConfigError(f"--kv-admission {args.kv_admission} is for --trace mode; dataset mode "
                           "replays with reserve admission")
@@ -203,17 +209,23 @@ def run(args) -> int:
     router = _router(args.policy[0], args.router_param, args.routers, args.router_assign,
                      args.router_sync_s, trace)
     progress = (not args.json) and sys.stderr.isatty()
+    events = None
+    if args.events is not None:
+        from ..sim import check_events, load_events
+
+        events = check_events(load_events(args.events), args.replicas)
     plan = _session_plan(trace, args.json) if args.closed_loop else None
     result = simulate(plan.trace if plan is not None else trace, router, cluster, seed=args.seed,
                       progress=progress, kv_event_lag_s=args.kv_event_lag_s,
                       load_lag_s=args.load_lag_s, sessions=plan,
-                      think_s=args.think_s if plan is not None else None)
+                      think_s=args.think_s if plan is not None else None, events=events)
     metrics = {"trace": str(args.trace), "policy": args.policy[0], "setup": args.setup[0],
                "replicas": args.replicas, "scheduler": args.scheduler, "seed": args.seed,
                "routers": args.routers, "router_assign": args.router_assign,
                "router_sync_s": args.router_sync_s, "kv_event_lag_s": args.kv_event_lag_s,
                "load_lag_s": args.load_lag_s,
                **({"kv_admission": args.kv_admission} if args.kv_admission != "reserve" else {}),
+               **({"events": str(args.events)} if events is not None else {}),
                **({"closed_loop": True, "think_s": args.think_s if args.think_s is not None else "trace gap"}
                   if plan is not None else {}),
                **result.metrics}

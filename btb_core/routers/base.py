@@ -67,6 +67,11 @@ class ClusterView(Protocol):
     def egress_backlog_s(self, replica: int) -> float:
         """Seconds until ``replica``'s egress NIC is free of queued/active transfers."""
 
+    #: Replicas that accept new requests now, ascending: every replica unless cluster events
+    #: (``simulate(events=...)``) have not added it yet, or it failed or is draining. A router
+    #: must return one of these.
+    routable_replicas: Sequence[int]
+
     def dispatch(self, request: "Request", replica: int) -> None:
         """Send a request the router held back (its :meth:`Router.route` returned None) to
         ``replica`` now (a router-side queue, as Dynamo's ``router_queue_threshold``)."""
@@ -141,7 +146,22 @@ class Router:
         """Called when ``request`` produced its last token on ``replica``."""
 
     def on_transfer_done(self, transfer_id: int, src: int, dst: int, num_blocks: int) -> None:
-        """Called when a transfer started by :meth:`ClusterView.start_transfer` landed."""
+        """Called when a transfer started by :meth:`ClusterView.start_transfer` landed
+        (``num_blocks`` 0 if its source or destination failed while it was in flight)."""
+
+    def on_replica_added(self, replica: int) -> None:
+        """Called when a cold replica joins (cluster event ``add``); it is in
+        ``view.routable_replicas`` from now on."""
+
+    def on_replica_removed(self, replica: int, failed: bool) -> None:
+        """Called when ``replica`` leaves ``view.routable_replicas``: ``failed`` (its cache and
+        requests are lost; each lost request is then routed again with :meth:`route`, without an
+        :meth:`on_request_finished` for the lost attempt) or drained (its requests finish there)."""
+
+    def candidates(self) -> Sequence[int]:
+        """``view.routable_replicas``, or every replica for a view without it."""
+        c = getattr(self.view, "routable_replicas", None)
+        return range(self.view.num_replicas) if c is None else c
 
     # -- prefix-index exchange between router instances (btb_core.routers.instances) -----------
     def enable_index_sync(self) -> None:

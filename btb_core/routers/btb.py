@@ -165,7 +165,7 @@ class BTBRouter(Router):
         if not holders:
             return  # the first prefill is still running (or the prefix was evicted everywhere)
         loads = self.load.loads
-        eligible = sorted((r for r in range(v.num_replicas) if not holding[r] and r not in started),
+        eligible = sorted((r for r in self.candidates() if not holding[r] and r not in started),
                           key=lambda r: (loads[r], r))
         for dst in eligible[:budget]:
             src = min(holders, key=lambda r: (v.egress_backlog_s(r), r))
@@ -201,7 +201,7 @@ class BTBRouter(Router):
                 if active:
                     self._replicate(key, prefix, holding)
                 if landed:
-                    cands = [r for r in range(v.num_replicas) if holding[r]]
+                    cands = [r for r in self.candidates() if holding[r]]
                     replica = self.load.argmin(cands) if cands else None
         if replica is None:
             replica = self.cache_aware.choose(request)
@@ -223,6 +223,24 @@ class BTBRouter(Router):
 
     def apply_index_updates(self, updates: list) -> None:
         self.cache_aware.apply_index_updates(updates)
+
+    def on_replica_added(self, replica: int) -> None:
+        self.cache_aware.on_replica_added(replica)
+
+    def on_replica_removed(self, replica: int, failed: bool) -> None:
+        """A failed replica loses its copies: copies to it, and copies in flight from it, no
+        longer count against ``M``, so the next arrival of a still-active prefix re-warms another
+        replica (a newly added one is the least loaded)."""
+        self.cache_aware.on_replica_removed(replica, failed)
+        if not failed:
+            return
+        for started in self._started.values():
+            started.discard(replica)
+        for tid, (key, row) in list(self._transfer_key.items()):
+            t = self.transfers[row]
+            if t["src"] == replica or t["dst"] == replica:
+                del self._transfer_key[tid]
+                self._started.get(key, set()).discard(t["dst"])
 
     def on_transfer_done(self, transfer_id: int, src: int, dst: int, num_blocks: int) -> None:
         entry = self._transfer_key.pop(transfer_id, None)

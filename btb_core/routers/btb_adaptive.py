@@ -324,9 +324,15 @@ class BTBAdaptiveRouter(Router):
         return out
 
     def _argmin(self, values: list[float]) -> int:
-        lo = min(values)
-        tol = 1e-9 + 1e-9 * abs(lo)
-        tied = [r for r, x in enumerate(values) if x - lo <= tol]
+        cands = self.candidates()
+        if len(cands) != len(values):    # cluster events: only routable replicas
+            lo = min(values[r] for r in cands)
+            tol = 1e-9 + 1e-9 * abs(lo)
+            tied = [r for r in cands if values[r] - lo <= tol]
+        else:
+            lo = min(values)
+            tol = 1e-9 + 1e-9 * abs(lo)
+            tied = [r for r, x in enumerate(values) if x - lo <= tol]
         if len(tied) == 1:
             return tied[0]
         return tied[int(self.view.rng.integers(len(tied)))]
@@ -447,7 +453,7 @@ class BTBAdaptiveRouter(Router):
         copy_s = self.cost.load_s("rdma", tokens)
         recompute = self.cost.prefill_s(tokens, 0) * self.prefill_error
         held = set(complete) | set(coming)
-        cands = sorted((r for r in range(v.num_replicas) if r not in held),
+        cands = sorted((r for r in self.candidates() if r not in held),
                        key=lambda r: (self.backlog_s(r), v.kv_usage(r), r))
         for dst in cands:
             if need <= 0:
@@ -494,7 +500,7 @@ class BTBAdaptiveRouter(Router):
         if not srcs:
             return
         held = set(coming)
-        cands = sorted((r for r in range(v.num_replicas) if r not in held),
+        cands = sorted((r for r in self.candidates() if r not in held),
                        key=lambda r: (self.backlog_s(r), v.kv_usage(r), r))
         for dst in cands[:need]:
             if v.hbm_free_blocks(dst) < act.depth:
@@ -664,6 +670,36 @@ class BTBAdaptiveRouter(Router):
         act = self._active.get(key)
         if act is not None and act.target > 1:
             self._size_warm_set(act)
+
+    def on_replica_removed(self, replica: int, failed: bool) -> None:
+        """A failed replica's copies, pins, pipelined copies and dispatched work are forgotten, so
+        the warm set is re-sized (and re-warmed elsewhere, a new replica included) on the next
+        arrival of each active prefix. A draining replica keeps its copies until its work ends."""
+        if not failed:
+            return
+        v = self.view
+        for act in self._active.values():
+            act.pins.pop(replica, None)
+            act.pipes.pop(replica, None)
+            for dst, (src, _) in list(act.pipes.items()):
+                if src == replica:
+                    del act.pipes[dst]
+                    v.release_hold(dst, act.ids)
+                    self._incoming[dst] = [x for x in self._incoming[dst] if x[2] != ("pipe", act.key)]
+        for tid, entry in list(self._tid.items()):
+            if entry[1] == replica:
+                del self._tid[tid]
+        for idx, (_, r, _, _, keys) in list(self._req.items()):
+            if r == replica:        # lost before its prefill ended: it no longer queues there
+                for key in keys:
+                    act = self._active.get(key)
+                    if act is not None and act.queued > 0:
+                        act.queued -= 1
+                del self._req[idx]
+        self._incoming[replica] = []
+        self._out[replica] = {}
+        self._free_at[replica] = v.now_s
+        self._decoding[replica] = 0
 
     def on_run_end(self) -> None:
         """Release every pin (the simulator calls this after the last event)."""

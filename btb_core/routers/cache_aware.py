@@ -194,15 +194,18 @@ class CacheAwareRouter(Router):
     def is_imbalanced(self) -> bool:
         """SGLang's imbalance test: an engine KV-usage trigger (overload or spread), or the
         request-count spread of the router's in-flight loads (both strict inequalities)."""
+        cands = self._restricted()
         if self._usage_triggers:
             v = self.view
-            usage = [v.kv_usage(r) for r in range(v.num_replicas)]
+            usage = [v.kv_usage(r) for r in (range(v.num_replicas) if cands is None else cands)]
             hi_u = max(usage)
             if hi_u > self.overload_token_usage_threshold:
                 return True
             if hi_u - min(usage) > self.balance_token_usage_threshold:
                 return True
         loads = self.load.loads
+        if cands is not None:
+            loads = [loads[r] for r in cands]
         hi, lo = max(loads), min(loads)
         return (hi - lo) > self.balance_abs_threshold and hi > self.balance_rel_threshold * lo
 
@@ -212,13 +215,17 @@ class CacheAwareRouter(Router):
         bt = request.block_tokens
         isl = int(request.input_length)
         ids = request.hash_ids
+        cands = self._restricted()
+        pool = range(n) if cands is None else cands
+        matched = [0] * n
         if self.match_mode == "tree":
-            matched = [self.tree.match_tokens(r, ids, isl, bt) for r in range(n)]
+            for r in pool:
+                matched[r] = self.tree.match_tokens(r, ids, isl, bt)
         else:
-            matched = [min(self.view.cached_blocks(r, ids, self.kv_event_tiers) * bt, isl)
-                       for r in range(n)]
+            for r in pool:
+                matched[r] = min(self.view.cached_blocks(r, ids, self.kv_event_tiers) * bt, isl)
         loads = self.load.loads
-        best = min(range(n), key=lambda r: (-matched[r], loads[r], r))
+        best = min(pool, key=lambda r: (-matched[r], loads[r], r))
         if self.tie_break == "first_holder" and self.match_mode == "tree" and matched[best] > 0:
             k = self.tree.match_blocks(best, ids)
             first = self.tree.first_holder(ids[k - 1]) if k > 0 else None
@@ -230,7 +237,7 @@ class CacheAwareRouter(Router):
         """The replica the rule picks for ``request``, without recording the decision."""
         if self.is_imbalanced():
             self.decisions["imbalanced"] += 1
-            return self.load.argmin()
+            return self.load.argmin(self._restricted())
         best, matched = self.best_match(request)
         isl = int(request.input_length)
         rate = matched / isl if isl > 0 else 0.0
@@ -238,9 +245,16 @@ class CacheAwareRouter(Router):
             self.decisions["hit"] += 1
             return best
         self.decisions["miss"] += 1
+        cands = self._restricted()
         if self.miss_policy == "smallest_tree":
-            return min(range(self.view.num_replicas), key=lambda r: (self.tree.size_tokens(r), r))
-        return self.load.argmin()
+            return min(range(self.view.num_replicas) if cands is None else cands,
+                       key=lambda r: (self.tree.size_tokens(r), r))
+        return self.load.argmin(cands)
+
+    def _restricted(self):
+        """``view.routable_replicas`` when some replica is not routable, else None (all)."""
+        cands = self.candidates()
+        return None if len(cands) == self.view.num_replicas else cands
 
     def record(self, request, replica: int) -> None:
         """Insert the prompt into ``replica``'s tree and count it in flight there.
@@ -274,6 +288,13 @@ class CacheAwareRouter(Router):
 
     def on_request_finished(self, request, replica: int) -> None:
         self.load.finish(request)
+
+    def on_replica_removed(self, replica: int, failed: bool) -> None:
+        """A failed replica's tree and in-flight count are dropped (its requests are routed
+        again); a draining one keeps them until its requests finish."""
+        if failed:
+            self.load.drop_replica(replica)
+            self.tree.evict_to(replica, 0)
 
     # -- index exchange between instances (SGLang's mesh tree sync) -----------------------------
     def enable_index_sync(self) -> None:

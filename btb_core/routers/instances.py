@@ -194,6 +194,15 @@ class RouterInstances(Router):
         if k is not None:
             self.instances[k].on_transfer_done(transfer_id, src, dst, num_blocks)
 
+    def on_replica_added(self, replica: int) -> None:
+        for router in self.instances:
+            router.on_replica_added(replica)
+
+    def on_replica_removed(self, replica: int, failed: bool) -> None:
+        for router in self.instances:
+            router.on_replica_removed(replica, failed)
+
+
     def on_blocks_complete(self, request, replica: int, complete_blocks: int) -> None:
         """Chunk completions are cluster events: every instance that listens hears them."""
         for hook in self._block_hooks:

@@ -186,14 +186,23 @@ class KvAwareRouter(Router):
     def select(self, request) -> int:
         """Score the replicas, pick one and book the request there (prefill tokens, blocks)."""
         logits, uncached = self._costs(request)
+        cands = self.candidates()
+        restricted = len(cands) != len(logits)
         if self.router_temperature == 0.0:
-            lo = min(logits)
-            tied = [r for r, x in enumerate(logits) if x == lo]
+            if restricted:
+                lo = min(logits[r] for r in cands)
+                tied = [r for r in cands if logits[r] == lo]
+            else:
+                lo = min(logits)
+                tied = [r for r, x in enumerate(logits) if x == lo]
             pick = tied[0] if len(tied) == 1 else self._break_tie(tied)
         else:
-            p = self.probabilities(np.array(logits))
+            sub = [logits[r] for r in cands] if restricted else logits
+            p = self.probabilities(np.array(sub))
             u = self.view.rng.random()
             pick = int(min(np.searchsorted(np.cumsum(p), u, side="left"), len(p) - 1))
+            if restricted:
+                pick = cands[pick]
         # book the request's uncached tokens on its worker until its prefill completes
         self._prefill_tokens[pick] += uncached[pick]
         self._booked[request.index] = (pick, uncached[pick])
@@ -222,6 +231,14 @@ class KvAwareRouter(Router):
             self.queued_total += 1
             return None
         return self.select(request)
+
+    def on_replica_removed(self, replica: int, failed: bool) -> None:
+        """A failed replica's booked prefill tokens and active blocks are dropped."""
+        if failed:
+            self._prefill_tokens[replica] = 0
+            self._active[replica] = {}
+            self._booked = {k: v for k, v in self._booked.items() if v[0] != replica}
+            self._active_booked = {k: v for k, v in self._active_booked.items() if v[0] != replica}
 
     def on_prefill_done(self, request, replica: int) -> None:
         booked = self._booked.pop(request.index, None)

@@ -50,6 +50,11 @@ class InFlightLoad:
             replica, amount = entry
             self.loads[replica] -= amount
 
+    def drop_replica(self, replica: int) -> None:
+        """``replica`` failed: forget the requests counted there (they are routed again)."""
+        self.loads[replica] = 0
+        self._pending = {k: v for k, v in self._pending.items() if v[0] != replica}
+
     def argmin(self, candidates=None) -> int:
         """Lowest-load replica among ``candidates`` (ascending indices; default all); ties go to the
         lowest index."""
@@ -99,17 +104,25 @@ class LeastLoadRouter(Router):
 
     def route(self, request) -> int:
         loads = self.load.loads
+        cands = self.candidates()
+        if len(cands) == len(loads):
+            cands = None
         if self.tie_break == "index":
-            replica = self.load.argmin()
+            replica = self.load.argmin(cands)
         else:
-            low = min(loads)
-            tied = [r for r, v in enumerate(loads) if v == low]
+            pool = range(len(loads)) if cands is None else cands
+            low = min(loads[r] for r in pool)
+            tied = [r for r in pool if loads[r] == low]
             replica = tied[int(self.view.rng.integers(len(tied)))] if len(tied) > 1 else tied[0]
         self.load.add(request, replica)
         return replica
 
     def on_request_finished(self, request, replica: int) -> None:
         self.load.finish(request)
+
+    def on_replica_removed(self, replica: int, failed: bool) -> None:
+        if failed:
+            self.load.drop_replica(replica)
 
 
 __all__ = ["InFlightLoad", "LeastLoadRouter"]

@@ -177,6 +177,11 @@ class LlmDRouter(Router):
         scores = self.scores(request, blocks)
         # the three default scorers alone when the extra two are off (same sums as before)
         total = (scores @ self._weights if self._extra else scores[:, :3] @ self._weights[:3])
+        cands = self.candidates()
+        if len(cands) != len(total):   # cluster events: only routable replicas may win
+            mask = np.full(len(total), -np.inf)
+            mask[list(cands)] = 0.0
+            total = total + mask
         tied = np.flatnonzero(total == total.max())
         replica = int(tied[0]) if len(tied) == 1 else int(tied[self.view.rng.integers(len(tied))])
         if self.prefix_mode == "approx":
@@ -207,6 +212,10 @@ class LlmDRouter(Router):
     def apply_index_updates(self, updates: list) -> None:
         for replica, blocks in updates:
             self._remember(replica, blocks)
+
+    def on_replica_removed(self, replica: int, failed: bool) -> None:
+        if failed:
+            self._lru[replica].clear()
 
     def on_request_finished(self, request, replica: int) -> None:
         r = self._active.pop(request.index, None)

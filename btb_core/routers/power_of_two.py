@@ -66,13 +66,15 @@ class PowerOfTwoRouter(Router):
         return v.active_blocks(replica) * v.block_tokens + v.queued_prompt_tokens(replica)
 
     def route(self, request) -> int:
-        n = self.view.num_replicas
+        cands = self.candidates()
+        n = len(cands)
         if n == 1:
-            replica = 0
+            replica = cands[0]
         else:
             rng = self.view.rng
             i = int(rng.integers(n))
             j = (i + 1 + int(rng.integers(n - 1))) % n
+            i, j = cands[i], cands[j]
             if self.load_source == "engine":
                 li, lj = self.engine_load(i), self.engine_load(j)
             else:
@@ -83,3 +85,7 @@ class PowerOfTwoRouter(Router):
 
     def on_request_finished(self, request, replica: int) -> None:
         self.load.finish(request)
+
+    def on_replica_removed(self, replica: int, failed: bool) -> None:
+        if failed:
+            self.load.drop_replica(replica)

@@ -17,4 +17,5 @@ class RandomRouter(Router):
     PARAMS = ()
 
     def route(self, request) -> int:
-        return int(self.view.rng.integers(self.view.num_replicas))
+        cands = self.candidates()
+        return int(cands[int(self.view.rng.integers(len(cands)))])

@@ -15,6 +15,10 @@ class RoundRobinRouter(Router):
         self._next = 0
 
     def route(self, request) -> int:
+        n = self.view.num_replicas
         replica = self._next
-        self._next = (self._next + 1) % self.view.num_replicas
+        cands = self.candidates()
+        if len(cands) != n:   # cluster events: the next routable replica, cyclically
+            replica = next((c for c in cands if c >= replica), cands[0])
+        self._next = (replica + 1) % n
         return replica

@@ -29,6 +29,129 @@ DEFAULT_MAX_RUNNING = 256
 MAX_REPLICAS = 4096
 
 
+#: Actions of a cluster event (``--events FILE``).
+EVENT_ACTIONS = ("add", "fail", "drain")
+
+
+@dataclass(frozen=True)
+class ClusterEvent:
+    """A change to the cluster during a run.
+
+    Parameters
+    ----------
+    t_s : float
+        Simulated time, seconds (finite, >= 0). Applied after replica operations ending at that
+        instant and before arrivals at it.
+    action : {"add", "fail", "drain"}
+        ``add``: a new, cold replica (empty cache) that routers may use from ``t_s``; its index is
+        the next one after the initial replicas and earlier additions. ``fail``: the replica stops;
+        its cache (HBM, DRAM and its own disk) and its in-flight work are lost, and every request it
+        held (queued or running) is routed again and retried from scratch (counted, never lost).
+        ``drain``: routers stop sending it requests; queued and running ones finish there.
+    replica : int
+        The replica the event concerns.
+
+    Raises
+    ------
+    ConfigError
+        On a bad field (message names the field and value).
+    """
+
+    t_s: float
+    action: str
+    replica: int
+
+    def __post_init__(self) -> None:
+        t = self.t_s
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not (0 <= t < float("inf")):
+            raise ConfigError(f"ClusterEvent.t_s={t!r}: must be a finite number >= 0 (seconds)")
+        if self.action not in EVENT_ACTIONS:
+            raise ConfigError(f"ClusterEvent.action={self.action!r}: must be one of {EVENT_ACTIONS}")
+        if isinstance(self.replica, bool) or not isinstance(self.replica, int) or self.replica < 0:
+            raise ConfigError(f"ClusterEvent.replica={self.replica!r}: must be an integer >= 0")
+
+
+def check_events(events, num_replicas: int) -> tuple:
+    """Validate a run's events against a cluster of ``num_replicas`` initial replicas.
+
+    Returns the events sorted by time (stable). Rules: ``add`` names the next new index
+    (``num_replicas``, then ``num_replicas + 1``, ...); ``fail`` / ``drain`` name a replica present
+    at that time that has not failed (a drained replica may still fail); after every event at
+    least one replica accepts requests.
+
+    Raises
+    ------
+    ConfigError
+        Naming the event (its position in time order, time, action, replica) and the rule broken.
+    """
+    evs = sorted(events, key=lambda e: e.t_s)
+    state = {r: "up" for r in range(num_replicas)}
+    nxt = num_replicas
+    for k, e in enumerate(evs):
+        where = f"event {k} (t_s={e.t_s}, {e.action} replica {e.replica})"
+        if e.action == "add":
+            if e.replica != nxt:
+                raise ConfigError(f"{where}: an added replica takes the next index, {nxt}")
+            state[e.replica] = "up"
+            nxt += 1
+        else:
+            st = state.get(e.replica)
+            if st is None:
+                raise ConfigError(f"{where}: no such replica at that time (replicas 0..{nxt - 1})")
+            if st == "failed":
+                raise ConfigError(f"{where}: replica {e.replica} has already failed")
+            if e.action == "drain" and st == "draining":
+                raise ConfigError(f"{where}: replica {e.replica} is already draining")
+            state[e.replica] = "failed" if e.action == "fail" else "draining"
+        if not any(v == "up" for v in state.values()):
+            raise ConfigError(f"{where}: leaves no replica accepting requests")
+    return tuple(evs)
+
+
+def load_events(path) -> tuple:
+    """Read cluster events from a YAML file: a list of ``{t_s, action, replica}`` mappings.
+
+    Raises
+    ------
+    ConfigError
+        Unreadable YAML, not a list, an item that is not a mapping, a missing or unknown key, or a
+        bad value; the message names the file, the item (0-based) and the field.
+    FileNotFoundError
+        If ``path`` does not exist.
+    """
+    import yaml
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f", line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{line}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    if not isinstance(data, list) or not data:
+        raise ConfigError(f"{path}: expected a non-empty YAML list of {{t_s, action, replica}} items, "
+                          f"got {type(data).__name__}")
+    out = []
+    keys = ("t_s", "action", "replica")
+    for k, item in enumerate(data):
+        if not isinstance(item, dict):
+            raise ConfigError(f"{path}, item {k}: expected a mapping with {', '.join(keys)}, got {item!r}")
+        for key in keys:
+            if key not in item:
+                raise ConfigError(f"{path}, item {k}: missing field {key!r}")
+        extra = sorted(set(item) - set(keys))
+        if extra:
+            raise ConfigError(f"{path}, item {k}: unknown field {extra[0]!r} (fields: {', '.join(keys)})")
+        try:
+            out.append(ClusterEvent(item["t_s"], item["action"], item["replica"]))
+        except ConfigError as exc:
+            raise ConfigError(f"{path}, item {k}: {str(exc).replace('ClusterEvent.', 'field ')}") from None
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     """A routed cluster of identical replicas (one replica = one tensor-parallel node).

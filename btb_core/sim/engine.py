@@ -27,13 +27,14 @@ from .replica import DecodeModel, Job, Replica
 from .request import Request
 
 _TRANSFER, _OP, _ARRIVAL, _KICK, _SNAP = 0, 1, 2, 3, 4
+_CLUSTER = 1.5   # cluster events: after operation ends, before arrivals at the same instant
 
 
 class Transfer:
     """One RDMA copy of a prefix's blocks from ``src`` to ``dst``."""
 
     __slots__ = ("tid", "src", "dst", "hash_ids", "num_blocks", "bytes", "request_s", "start_s",
-                 "end_s", "landed_blocks", "served", "src_pinned", "ps", "pl")
+                 "end_s", "landed_blocks", "served", "src_pinned", "ps", "pl", "epochs")
 
     def __init__(self, tid, src, dst, hash_ids, num_bytes, request_s, start_s, end_s, ps=(), pl=()):
         self.tid = tid
@@ -48,6 +49,7 @@ class Transfer:
         self.landed_blocks = 0
         self.served = 0
         self.src_pinned = 0           # leading blocks pinned on the source (those in its HBM)
+        self.epochs = None            # (src, dst) failure counts at the start (cluster events)
         self.ps = ps                  # the path's pieces (btb_core.sim.blocks)
         self.pl = pl
 
@@ -78,7 +80,7 @@ class Simulator:
 
     def __init__(self, trace, router, cluster, seed: int = 0, progress: bool | None = None,
                  kv_event_lag_s: float = 0.0, load_lag_s: float = 0.0, sessions=None,
-                 think_s: float | None = None):
+                 think_s: float | None = None, events=None):
         if sessions is not None and sessions.trace is not trace:
             raise ConfigError("simulate(sessions=plan): trace must be plan.trace (the planned trace)")
         if think_s is not None and not (isinstance(think_s, (int, float)) and not isinstance(think_s, bool)
@@ -95,6 +97,20 @@ class Simulator:
         self.cost = cluster.cost
         self.block_tokens = int(trace.block_tokens)
         self.num_replicas = cluster.num_replicas
+        self.cluster_events = ()
+        if events:
+            from .cluster import check_events
+
+            self.cluster_events = check_events(events, cluster.num_replicas)
+            self.num_replicas += sum(1 for e in self.cluster_events if e.action == "add")
+        #: Replicas that accept new requests now (routers pick among these; all without events).
+        self.routable_replicas = range(self.num_replicas)
+        self.replica_state = ["up"] * cluster.num_replicas + \
+            ["absent"] * (self.num_replicas - cluster.num_replicas)
+        if self.cluster_events:
+            self.routable_replicas = tuple(range(cluster.num_replicas))
+        self.retries = 0
+        self.event_log = []
         self.rng = np.random.default_rng(seed)
         self.seed = seed
         self.chunk_tokens = cluster.chunk_tokens
@@ -241,6 +257,8 @@ class Simulator:
         return k
 
     def unpin_prefix(self, replica, hash_ids, num_blocks) -> None:
+        if self.cluster_events and self.replica_state[replica] == "failed":
+            return                    # the failure dropped every pin with the cache
         hash_ids = tuple(hash_ids)
         pieces = self._pieces(hash_ids)
         if pieces is None:
@@ -277,6 +295,11 @@ class Simulator:
             raise ValueError(f"start_transfer: replicas must be in [0, {n}), got src={src} dst={dst}")
         if src == dst:
             raise ValueError(f"start_transfer: src and dst are both replica {src}")
+        if self.cluster_events and (self.replica_state[src] in ("absent", "failed")
+                                    or self.replica_state[dst] != "up"):
+            raise ValueError(f"start_transfer: replica {src} ({self.replica_state[src]}) -> "
+                             f"{dst} ({self.replica_state[dst]}): copies go from a live replica "
+                             "to one that accepts requests")
         hash_ids = tuple(hash_ids)
         if not hash_ids:
             raise ValueError("start_transfer: no blocks to copy")
@@ -308,6 +331,8 @@ class Simulator:
         pinned = cache.hbm_prefix(ps, pl, len(hash_ids))  # blocks in HBM: a leading part
         cache.pin_existing(ps, pl, pinned)
         tr.src_pinned = pinned
+        if self.cluster_events:
+            tr.epochs = (source.epoch, dest.epoch)
         self.transfers.append(tr)
         if pause_destination and end > dest.paused_until:
             dest.paused_until = end
@@ -391,6 +416,11 @@ class Simulator:
         router.reset(self.view)
         heap = self._heap
         replicas = self.replicas
+        route = router.route
+        if self.cluster_events:
+            route = self._checked_route
+            for ev in self.cluster_events:
+                self._push(ev.t_s, _CLUSTER, ev)
         bar = self._progress_bar(n)
         i = 0
         events = 0
@@ -416,6 +446,8 @@ class Simulator:
                     obj.snapshot()
                     if i < n_arrive or self._pending_turns:   # routers look while arrivals remain
                         self._push(t + self.load_lag_s, _SNAP, obj)
+                elif prio == _CLUSTER:
+                    self._apply_event(obj)
                 else:
                     self._arrive_released(obj)
                 continue
@@ -428,7 +460,7 @@ class Simulator:
             i += 1
             if bar is not None and (i & 1023) == 0:
                 bar.update(1024)
-            r = router.route(job.req)
+            r = route(job.req)
             if r is None:     # held in the router's own queue; it calls dispatch() later
                 continue
             job.req.drop_hash_ids()
@@ -513,7 +545,7 @@ class Simulator:
         req = job.req
         req.arrival_s = self.now
         self._pending_turns -= 1
-        r = self.router.route(req)
+        r = self._checked_route(req) if self.cluster_events else self.router.route(req)
         if r is None:     # held in the router's own queue; it calls dispatch() later
             return
         req.drop_hash_ids()
@@ -530,6 +562,122 @@ class Simulator:
                 self._push(self.now, _KICK, rep)
         elif rep.op_kind == "stretch":
             self._cut_stretch(rep)
+
+    # ------------------------------------------------------------------ cluster events
+    def routable(self, replica: int) -> bool:
+        """True if ``replica`` accepts new requests now (present, not failed, not draining)."""
+        return self.replica_state[replica] == "up"
+
+    def _checked_route(self, req):
+        r = self.router.route(req)
+        if r is not None and 0 <= r < self.num_replicas and self.replica_state[r] != "up":
+            raise ValueError(f"router {type(self.router).__name__} sent request {req.request_id!r} "
+                             f"to replica {r}, which is {self.replica_state[r]} at "
+                             f"t={self.now:.6g} s (routers pick among view.routable_replicas)")
+        return r
+
+    def _set_routable(self):
+        self.routable_replicas = tuple(r for r, st in enumerate(self.replica_state) if st == "up")
+
+    def _apply_event(self, ev):
+        r = ev.replica
+        router = self.router
+        if ev.action == "add":
+            self.replica_state[r] = "up"
+            self._set_routable()
+            self.event_log.append((self.now, "add", r, 0))
+            router.on_replica_added(r)
+            return
+        if ev.action == "drain":
+            self.replica_state[r] = "draining"
+            self._set_routable()
+            self.event_log.append((self.now, "drain", r, 0))
+            router.on_replica_removed(r, False)
+            return
+        # fail: the cache and every request held there are lost; the requests are retried
+        rep = self.replicas[r]
+        self.replica_state[r] = "failed"
+        self._set_routable()
+        lost = list(rep.waiting) + list(rep.prefilling) + [e[2] for e in rep.decode_heap]
+        if rep.op_kind == "prefill":
+            lost.append(rep.op_data)
+        rep.waiting.clear()
+        rep.prefilling = []
+        rep.decode_heap = []
+        rep.n_decode = rep.ctx_tokens = rep.in_op = 0
+        if rep.busy:
+            rs, a, b = self.busy_intervals
+            rs.append(r)
+            a.append(rep.op_start_s)
+            b.append(self.now)
+        rep.busy = False
+        rep.op_kind = None
+        rep.op_data = None
+        rep.op_token += 1             # the operation in progress never completes
+        rep.paused_until = 0.0
+        rep.copy_marks = {}
+        rep.copy_lengths = set()
+        rep.holds = []
+        rep.epoch += 1
+        rep.cache.clear(not self.cluster.disk_shared)
+        self._sample_queue(rep)
+        self.event_log.append((self.now, "fail", r, len(lost)))
+        router.on_replica_removed(r, True)
+        lost.sort(key=lambda j: j.req.index)
+        for job in lost:
+            if self.paged:
+                if isinstance(job.req, _Resumed):
+                    job.req = job.req.orig
+                self._first_admit.pop(job, None)
+            job.pinned = job.private = 0
+            job.done_tokens = 0
+            job.first_token_s = -1.0
+            job.admit_s = -1.0
+            job.replica = -1
+            job.retries += 1
+            self.retries += 1
+            self._route_new(job)
+
+    def _route_new(self, job):
+        """Route a job that is not on any replica (a retry after a failure)."""
+        req = job.req
+        r = self._checked_route(req)
+        if r is None:
+            return
+        req.drop_hash_ids()
+        if not (0 <= r < self.num_replicas):
+            raise ValueError(f"router {type(self.router).__name__} returned replica {r!r} for request "
+                             f"{req.request_id!r}; valid replicas are 0..{self.num_replicas - 1}")
+        rep = self.replicas[r]
+        job.replica = r
+        rep.waiting.append(job)
+        self._sample_queue(rep)
+        if not rep.busy:
+            if not rep.kick_pending:
+                rep.kick_pending = True
+                self._push(self.now, _KICK, rep)
+        elif rep.op_kind == "stretch":
+            self._cut_stretch(rep)
+
+    def _transfer_lost(self, tr) -> bool:
+        """A copy whose source or destination failed while it was in flight lands nothing."""
+        src, dst = self.replicas[tr.src], self.replicas[tr.dst]
+        src_ok = src.epoch == tr.epochs[0]
+        dst_ok = dst.epoch == tr.epochs[1]
+        if src_ok and dst_ok:
+            return False
+        if src_ok:
+            src.cache.unpin(tr.ps, tr.pl, tr.src_pinned)
+            if not src.busy and src.waiting:
+                self._plan(src)
+        tr.landed_blocks = 0
+        if dst_ok and dst.holds:      # requests held for this copy on a live destination go on
+            dst.holds = [h for h in dst.holds if h[3] != tr.tid]
+            if not dst.busy and dst.waiting and not dst.kick_pending:
+                dst.kick_pending = True
+                self._push(self.now, _KICK, dst)
+        self.router.on_transfer_done(tr.tid, tr.src, tr.dst, 0)
+        return True
 
     # ------------------------------------------------------------------ paged KV admission
     def _paged_setup(self):
@@ -1007,6 +1155,8 @@ class Simulator:
         self._plan(rep)
 
     def _transfer_done(self, tr):
+        if tr.epochs is not None and self._transfer_lost(tr):
+            return
         src = self.replicas[tr.src]
         src.cache.unpin(tr.ps, tr.pl, tr.src_pinned)
         if not src.busy and src.waiting:
@@ -1027,7 +1177,7 @@ class Simulator:
 
 def simulate(trace, router, cluster, seed: int = 0, progress: bool | None = None,
              kv_event_lag_s: float = 0.0, load_lag_s: float = 0.0, *, sessions=None,
-             think_s: float | None = None) -> SimResult:
+             think_s: float | None = None, events=None) -> SimResult:
     """Replay ``trace`` through ``router`` on ``cluster``.
 
     Parameters
@@ -1056,6 +1206,12 @@ def simulate(trace, router, cluster, seed: int = 0, progress: bool | None = None
     think_s : float, optional
         Mean of exponential think times (seconds, seeded from ``seed``); default: the trace's gap
         between consecutive turns' arrivals (``sessions.gap_s``).
+    events : sequence of ClusterEvent, optional
+        Replicas added, failing or draining during the run (:class:`ClusterEvent`,
+        :func:`load_events`). Routers see ``view.num_replicas`` = initial + added replicas from the
+        start, pick among ``view.routable_replicas`` and get ``on_replica_added`` /
+        ``on_replica_removed`` calls; the per-request table gains ``retries``, the metrics
+        ``retries`` and ``cluster_events``.
 
     Returns
     -------
@@ -1071,7 +1227,7 @@ def simulate(trace, router, cluster, seed: int = 0, progress: bool | None = None
     try:
         return Simulator(trace, router, cluster, seed=seed, progress=progress,
                          kv_event_lag_s=kv_event_lag_s, load_lag_s=load_lag_s, sessions=sessions,
-                         think_s=think_s).run()
+                         think_s=think_s, events=events).run()
     finally:
         close = getattr(router, "close", None)  # duck-typed routers may not define it
         if close is not None:

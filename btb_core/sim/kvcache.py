@@ -265,6 +265,18 @@ class KVCache:
         self.peak_dram_blocks = 0
         self.evicted_blocks = 0
 
+    def clear(self, drop_disk: bool) -> None:
+        """The replica failed: every block is gone (HBM, DRAM, and its disk tier if
+        ``drop_disk``; a shared disk survives). Peaks and eviction counts are kept."""
+        self.pin_len = {}
+        self.holders = {}
+        self.hbm_len = {}
+        self.lru = SpanList()
+        self.dram = SpanList()
+        self.used_slots = 0
+        if drop_disk and self.disk is not None:
+            self.disk.blocks = SpanList()
+
     # ------------------------------------------------------------------ queries
     def hbm_prefix(self, starts, lens, limit: int) -> int:
         """Leading blocks of the path (at most ``limit``) in HBM (pinned or LRU)."""

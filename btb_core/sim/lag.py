@@ -30,7 +30,7 @@ from .kvcache import DiskTier, KVCache
 
 #: The cache operations that change its contents (the ones the mirror replays).
 MUTATORS = ("pin_prefix", "reserve_private", "complete_blocks", "release", "pin_existing",
-            "unpin", "land")
+            "unpin", "land", "clear")
 
 
 class LoggedKVCache(KVCache):
@@ -186,6 +186,12 @@ class LaggedView:
         return self._snap[4][replica] if self._snap else self.sim.queued_prompt_tokens(replica)
 
     # -- live ----------------------------------------------------------------------------------
+    @property
+    def routable_replicas(self):
+        """Live (cluster membership is not a lagged figure: a gateway learns it from health
+        checks)."""
+        return self.sim.routable_replicas
+
     @property
     def now_s(self) -> float:
         return self.sim.now

@@ -222,6 +222,10 @@ def build_result(sim) -> SimResult:
                        minlength=sim.num_replicas)
     metrics = run_metrics(df, tr, sim.cost, busy)
     metrics["events"] = int(sim.events)
+    if getattr(sim, "cluster_events", ()):
+        df["retries"] = np.fromiter((j.retries for j in jobs), np.int64, n)
+        metrics["retries"] = int(sim.retries)
+        metrics["cluster_events"] = len(sim.event_log)
     if getattr(sim, "paged", False):
         df["preemptions"] = np.fromiter((sim._n_preempt.get(j, 0) for j in jobs), np.int64, n)
         metrics["preemptions"] = int(sim.preemptions)

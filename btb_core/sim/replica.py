@@ -29,7 +29,7 @@ class Job:
 
     __slots__ = ("req", "ps", "pl", "full", "replica", "admit_s", "first_token_s",
                  "finish_s", "done_tokens", "reused_tokens", "hit_hbm", "hit_dram", "hit_disk",
-                 "load_s", "pinned", "private", "join_ctx", "join_step", "reuse_tier", "ext_full", "admit_seq")
+                 "load_s", "pinned", "private", "join_ctx", "join_step", "reuse_tier", "ext_full", "admit_seq", "retries")
 
     def __init__(self, req, piece_starts, piece_lens, full):
         self.req = req
@@ -51,6 +51,7 @@ class Job:
         self.join_ctx = 0
         self.join_step = 0
         self.reuse_tier = "none"
+        self.retries = 0
 
 
 class Replica:
@@ -59,7 +60,7 @@ class Replica:
     __slots__ = ("idx", "cache", "waiting", "prefilling", "decode_heap", "n_decode", "ctx_tokens",
                  "steps_done", "busy", "op_kind", "op_token", "op_start_s", "op_data",
                  "paused_until", "in_op", "copy_marks", "copy_lengths",
-                 "egress_free_s", "ingress_free_s", "kick_pending", "holds")
+                 "egress_free_s", "ingress_free_s", "kick_pending", "holds", "epoch")
 
     def __init__(self, idx, cache):
         self.idx = idx
@@ -83,6 +84,7 @@ class Replica:
         self.ingress_free_s = 0.0
         self.kick_pending = False
         self.holds = []               # (first block id, blocks, until_s, key): see Simulator.hold_prefix
+        self.epoch = 0                # failures so far (cluster events)
 
     @property
     def running(self) -> int:
