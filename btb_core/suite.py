@@ -393,5 +393,48 @@ def ratio_table(summary: pd.DataFrame, column: str = "mean_ratio") -> pd.DataFra
     return t.loc[order, policy_order(summary["policy"])]
 
 
-__all__ = ["BurstJob", "SHAPES", "SUITE_BLOCK_TOKENS", "Shape", "ratio_table", "run_one",
-           "run_suite", "shapes", "summarize"]
+def goal_table(summary: pd.DataFrame, policy: str = "btb_adaptive", mean_goal: float = 1.05,
+               p95_goal: float = 1.10, unused_goal: float = 0.05) -> pd.DataFrame:
+    """Per shape, ``policy`` against the issue-10 goal: mean TTFT at most ``mean_goal`` x and p95
+    at most ``p95_goal`` x the best *other* policy, unused copies at most ``unused_goal`` of its
+    copies. Columns ``shape, best_other, mean_vs_best_other, p95_vs_best_other, copies,
+    copies_unused, meets_goal``."""
+    rows = []
+    for shape, g in summary.groupby("shape", sort=False):
+        mine = g[g["policy"] == policy]
+        others = g[g["policy"] != policy]
+        if mine.empty or others.empty:
+            continue
+        m = mine.iloc[0]
+        best = others.sort_values("ttft_mean_s").iloc[0]["policy"]
+        ok = (m["mean_vs_best_other"] <= mean_goal and m["p95_vs_best_other"] <= p95_goal
+              and m["copies_unused"] <= unused_goal * max(m["copies"], 1))
+        rows.append({"shape": shape, "best_other": best,
+                     "mean_vs_best_other": m["mean_vs_best_other"],
+                     "p95_vs_best_other": m["p95_vs_best_other"], "copies": int(m["copies"]),
+                     "copies_unused": int(m["copies_unused"]), "meets_goal": bool(ok)})
+    return pd.DataFrame(rows)
+
+
+def literal_rule_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per shape: ``btb`` (the literal rule) next to ``cache_aware`` (its fallback) and the best
+    policy: ``btb_mean_s, cache_aware_mean_s, best_policy, best_mean_s, btb_copies,
+    btb_unused, btb_equals_cache_aware`` (the rule never fired: identical mean TTFT)."""
+    rows = []
+    for shape, g in summary.groupby("shape", sort=False):
+        by = g.set_index("policy")
+        if "btb" not in by.index or "cache_aware" not in by.index:
+            continue
+        best = g.sort_values("ttft_mean_s").iloc[0]
+        rows.append({"shape": shape, "btb_mean_s": by.loc["btb", "ttft_mean_s"],
+                     "cache_aware_mean_s": by.loc["cache_aware", "ttft_mean_s"],
+                     "best_policy": best["policy"], "best_mean_s": best["ttft_mean_s"],
+                     "btb_copies": int(by.loc["btb", "copies"]),
+                     "btb_unused": int(by.loc["btb", "copies_unused"]),
+                     "btb_equals_cache_aware": bool(by.loc["btb", "ttft_mean_s"]
+                                                    == by.loc["cache_aware", "ttft_mean_s"])})
+    return pd.DataFrame(rows)
+
+
+__all__ = ["BurstJob", "SHAPES", "SUITE_BLOCK_TOKENS", "Shape", "goal_table", "literal_rule_table",
+           "ratio_table", "run_one", "run_suite", "shapes", "summarize"]

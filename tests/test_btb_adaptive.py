@@ -393,3 +393,31 @@ def test_hold_makes_a_request_wait_for_the_copy_and_others_pass_it(hold):
     else:
         assert req.loc[1, "reused_tokens"] == 0                 # recomputed: the copy came late
         assert res.transfers["served_requests"].iloc[0] == 0
+
+
+def test_a_landing_copy_ends_a_decode_stretch_so_the_held_request_starts():
+    from btb_core.trace import make_trace
+
+    prefix = list(range(1, 65))
+    # request 0 computes the prefix on replica 0; request 1 (long decode) keeps replica 1 in a
+    # decode stretch; request 2 (same prefix) waits on replica 1 for the copy
+    cluster = ClusterConfig.from_setup("70b_h100x4", num_replicas=2)
+
+    class R(_Scripted):
+        def route(self, request):
+            if request.index == 0:
+                self.ids = request.hash_ids[:64]
+                return 0
+            return 1
+
+    one = simulate(make_trace([0.0], [32_768 + 256], [1], [prefix + [100]], block_tokens=BT),
+                   R(True), cluster)
+    t1 = float(one.requests["ttft_s"].iloc[0]) + 0.001
+    trace = make_trace([0.0, 0.1, t1], [32_768 + 256, 512, 32_768 + 256], [1, 2000, 1],
+                       [prefix + [100], [300], prefix + [101]], block_tokens=BT)
+    res = simulate(trace, R(True), cluster)
+    land = float(res.transfers["end_s"].iloc[0])
+    req = res.requests.set_index("request_id")
+    start = req.loc[2, "arrival_s"] + req.loc[2, "queue_wait_s"]
+    assert req.loc[2, "reused_tokens"] == 32_768
+    assert land - 1e-9 <= start < land + 0.05          # one decode step after landing, not 2,000

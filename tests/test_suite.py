@@ -84,3 +84,22 @@ def test_run_suite_small_and_cli(capsys):
     assert "mean_ratio" in capsys.readouterr().out
     assert main(["suite", "--policies", "nope"]) == 2
     assert "unknown policy" in capsys.readouterr().err
+
+
+def test_goal_and_literal_rule_tables():
+    import pandas as pd
+
+    from btb_core.suite import goal_table, literal_rule_table
+
+    rows = pd.DataFrame({"shape": ["a"] * 3 + ["b"] * 3,
+                         "policy": ["cache_aware", "btb", "btb_adaptive"] * 2, "requests": 1,
+                         "ttft_mean_s": [1.0, 1.0, 1.04, 2.0, 1.5, 1.7],
+                         "ttft_p95_s": [2.0, 2.0, 2.1, 4.0, 3.0, 3.0],
+                         "copies": [0, 0, 10, 0, 4, 10], "copies_unused": [0, 0, 0, 0, 4, 1]})
+    g = goal_table(summarize(rows)).set_index("shape")
+    assert bool(g.loc["a", "meets_goal"]) is True                 # 1.04x mean, 1.05x p95, 0 unused
+    assert bool(g.loc["b", "meets_goal"]) is False                # 1.13x mean, 10 % unused
+    assert g.loc["b", "best_other"] == "btb"
+    lit = literal_rule_table(summarize(rows)).set_index("shape")
+    assert bool(lit.loc["a", "btb_equals_cache_aware"]) and not bool(lit.loc["b", "btb_equals_cache_aware"])
+    assert lit.loc["b", "btb_unused"] == 4

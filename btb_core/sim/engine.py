@@ -277,16 +277,19 @@ class Simulator:
             raise ValueError("hold_prefix: no blocks")
         rep = self.replicas[replica]
         rep.holds.append((hash_ids[0], hash_ids, float(until_s), None))
-        self._push(float(until_s), _KICK, rep)
+        self._push(float(until_s), _KICK, rep, 1)
 
     def release_hold(self, replica, hash_ids) -> None:
         rep = self.replicas[replica]
         hash_ids = tuple(hash_ids)
         before = len(rep.holds)
         rep.holds = [h for h in rep.holds if h[1] != hash_ids or h[3] is not None]
-        if len(rep.holds) != before and not rep.busy and rep.waiting and not rep.kick_pending:
-            rep.kick_pending = True
-            self._push(self.now, _KICK, rep)
+        if len(rep.holds) != before and rep.waiting:
+            if rep.busy:
+                self._wake_held(rep)
+            elif not rep.kick_pending:
+                rep.kick_pending = True
+                self._push(self.now, _KICK, rep)
 
     def start_transfer(self, src, dst, hash_ids, pause_destination=False, from_block=0,
                        hold=False) -> int:
@@ -440,6 +443,8 @@ class Simulator:
                     obj.kick_pending = False
                     if not obj.busy:
                         self._plan(obj)
+                    elif token == 1:            # a hold expired (hold_prefix)
+                        self._wake_held(obj)
                 elif prio == _TRANSFER:
                     self._transfer_done(obj)
                 elif prio == _SNAP:
@@ -1168,11 +1173,20 @@ class Simulator:
             key = tr.hash_ids[landed - 1]
             dst.copy_marks.setdefault(key, []).append(tr)
             dst.copy_lengths.add(landed)
-        if dst.holds:
+        had_holds = bool(dst.holds)
+        if had_holds:
             dst.holds = [h for h in dst.holds if h[3] != tr.tid]
         self.router.on_transfer_done(tr.tid, tr.src, tr.dst, landed)
         if not dst.busy and dst.waiting:
             self._plan(dst)
+        elif had_holds:
+            self._wake_held(dst)
+
+    def _wake_held(self, rep):
+        """Requests that waited for a copy may start now: end a decode stretch at its current step
+        (as an arrival does) so the scheduler admits them."""
+        if rep.busy and rep.op_kind == "stretch" and rep.waiting:
+            self._cut_stretch(rep)
 
 
 def simulate(trace, router, cluster, seed: int = 0, progress: bool | None = None,
