@@ -18,38 +18,8 @@ amortised and memory is bounded by the keys seen in the last ``Z`` seconds.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 
-from .errors import ConfigError
-
-
-@dataclass(frozen=True)
-class DetectorConfig:
-    """Thresholds of the burst detector.
-
-    Attributes
-    ----------
-    x_repeats : int >= 1
-        Arrivals of the same prefix needed within the window (2, reference study).
-    z_s : float >= 0
-        Window length in seconds (1.0, reference study).
-
-    Raises
-    ------
-    ConfigError
-        On ``x_repeats < 1`` or ``z_s < 0`` / non-finite; the message names the field and value.
-    """
-
-    x_repeats: int = 2
-    z_s: float = 1.0
-
-    def __post_init__(self) -> None:
-        if isinstance(self.x_repeats, bool) or not isinstance(self.x_repeats, int) \
-                or self.x_repeats < 1:
-            raise ConfigError(f"DetectorConfig: x_repeats={self.x_repeats!r} must be an int >= 1")
-        z = self.z_s
-        if isinstance(z, bool) or not isinstance(z, (int, float)) or not (0.0 <= z < float("inf")):
-            raise ConfigError(f"DetectorConfig: z_s={z!r} must be a finite number >= 0")
+from .btb_config import DEFAULT_BTB, BTBConfig
 
 
 class BurstDetector:
@@ -57,18 +27,15 @@ class BurstDetector:
 
     Parameters
     ----------
-    x_repeats : int
-    z_s : float
-        See :class:`DetectorConfig`.
-
-    Raises
-    ------
-    ConfigError
-        On invalid thresholds.
+    config : BTBConfig
+        Uses its ``x_repeats`` (X) and ``z_s`` (Z); default :data:`~btb_core.btb_config.DEFAULT_BTB`
+        (validated when the config was built).
     """
 
-    def __init__(self, x_repeats: int = 2, z_s: float = 1.0) -> None:
-        self.config = DetectorConfig(x_repeats, z_s)
+    def __init__(self, config: BTBConfig = DEFAULT_BTB) -> None:
+        if not isinstance(config, BTBConfig):
+            raise TypeError(f"BurstDetector: config must be a BTBConfig, got {type(config).__name__}")
+        self.config = config
         self._times: OrderedDict = OrderedDict()  # key -> deque of its last X arrival times
         self._last_s = float("-inf")
 
@@ -129,4 +96,4 @@ def prefix_key(hash_ids, y_blocks: int):
     return hash_ids[y_blocks - 1]
 
 
-__all__ = ["BurstDetector", "DetectorConfig", "prefix_key"]
+__all__ = ["BurstDetector", "prefix_key"]

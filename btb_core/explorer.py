@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from .btb_config import DEFAULT_BTB, BTBConfig
 from .errors import ConfigError
 
 
@@ -48,17 +49,18 @@ def scale_arrivals(window, arrival_scale: float):
     return dataclasses.replace(window, table=table, name=f"{window.name}x{arrival_scale:g}")
 
 
-def explore(window, x_repeats: int = 2, y_tokens: int = 65_536, z_s: float = 1.0, m_replicas: int = 4,
-            replicas: int = 4, arrival_scale: float = 1.0, setup: str = "70b_h100x4",
-            scheduler: str = "chunked", seed: int = 0, bin_s: float = 1.0) -> Exploration:
+def explore(window, btb: BTBConfig = DEFAULT_BTB, replicas: int = 4, arrival_scale: float = 1.0,
+            setup: str = "70b_h100x4", scheduler: str = "chunked", seed: int = 0,
+            bin_s: float = 1.0) -> Exploration:
     """Replay ``window`` with ``cache_aware`` and with ``btb`` (X, Y, Z, M) on a fresh cluster.
 
     Parameters
     ----------
     window : Trace
         One window (e.g. a synthetic window of a Bursted dataset).
-    x_repeats, y_tokens, z_s, m_replicas : BTB's X (arrivals), Y (prefix tokens), Z (seconds), M
-        (copies per active prefix); defaults are the reference study's.
+    btb : BTBConfig
+        BTB's X (arrivals), Y (prefix tokens), Z (seconds), M (copies per active prefix); default
+        the reference study's (:data:`~btb_core.btb_config.DEFAULT_BTB`).
     replicas : int
         Replicas in the cluster.
     arrival_scale : float
@@ -71,13 +73,14 @@ def explore(window, x_repeats: int = 2, y_tokens: int = 65_536, z_s: float = 1.0
     from .routers import make_router
     from .sim import ClusterConfig, simulate
 
+    if not isinstance(btb, BTBConfig):
+        raise ConfigError(f"explore: btb must be a BTBConfig, got {type(btb).__name__}")
+
     trace = scale_arrivals(window, arrival_scale)
     cluster = ClusterConfig.from_setup(setup, num_replicas=int(replicas), scheduler=scheduler)
     rows, reqs = [], []
     btb_res = None
-    for policy, params in (("cache_aware", {}),
-                           ("btb", {"x_repeats": int(x_repeats), "y_tokens": int(y_tokens),
-                                    "z_s": float(z_s), "m_replicas": int(m_replicas)})):
+    for policy, params in (("cache_aware", {}), ("btb", btb.as_params())):
         res = simulate(trace, make_router(policy, **params), cluster, seed=seed, progress=False)
         m = res.metrics
         rows.append({"policy": policy, "ttft_mean_s": m["ttft_mean_s"], "ttft_p95_s": m["ttft_p95_s"],

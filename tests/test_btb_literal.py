@@ -29,7 +29,7 @@ def cluster():
 
 
 def test_prefix_one_block_shorter_than_y_is_never_detected():
-    router = BTBRouter(y_blocks=5)
+    router = BTBRouter(y_tokens=5 * BT)
     view = setup(router, n=4)
     prefix = (1, 2, 3, 4)                                   # 4 shared blocks, Y = 5
     for i in range(6):
@@ -38,7 +38,7 @@ def test_prefix_one_block_shorter_than_y_is_never_detected():
         view.cache[0]["hbm"].update(prefix)
     assert view.transfers == [] and router.decisions["warm"] == 0
     # the same arrivals sharing Y = 5 blocks do start copies
-    router = BTBRouter(y_blocks=5)
+    router = BTBRouter(y_tokens=5 * BT)
     view = setup(router, n=4)
     prefix = (1, 2, 3, 4, 5)
     for i in range(3):

@@ -9,6 +9,7 @@ import pytest
 
 from btb_core.cli import main
 from btb_core.paths import DATA_DIR
+from btb_core.routers import POLICIES
 
 from test_experiment_sweep import BT, PREFIX_BLOCKS, dataset  # noqa: F401  (fixture)
 
@@ -24,8 +25,7 @@ def small_trace(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("policy", ["round_robin", "random", "power_of_two", "least_load", "cache_aware",
-                                    "kv_aware", "llm_d", "btb", "btb_adaptive"])
+@pytest.mark.parametrize("policy", list(POLICIES))
 def test_replay_trace_every_policy_json(small_trace, policy, capsys):
     assert main(["replay", "--trace", str(small_trace), "--policy", policy, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -6,37 +6,38 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from btb_core.detector import BurstDetector, DetectorConfig, prefix_key
+from btb_core.btb_config import BTBConfig
+from btb_core.detector import BurstDetector, prefix_key
 from btb_core.errors import ConfigError
 
 
 def test_two_arrivals_exactly_z_apart_are_a_burst():
-    det = BurstDetector(x_repeats=2, z_s=1.0)
+    det = BurstDetector(BTBConfig(x_repeats=2, z_s=1.0))
     assert det.observe("p", 0.0) is False
     assert det.observe("p", 1.0) is True  # "within Z" is inclusive
 
 
 def test_two_arrivals_just_over_z_apart_are_not():
-    det = BurstDetector(x_repeats=2, z_s=1.0)
+    det = BurstDetector(BTBConfig(x_repeats=2, z_s=1.0))
     det.observe("p", 0.0)
     assert det.observe("p", 1.0 + 1e-9) is False
 
 
 def test_inclusive_boundary_survives_float_rounding():
     # 1.1 - 1.0 is 0.10000000000000009 in binary; expiry and the window test must agree.
-    det = BurstDetector(x_repeats=2, z_s=1.0)
+    det = BurstDetector(BTBConfig(x_repeats=2, z_s=1.0))
     det.observe("p", 0.1)
     assert det.observe("p", 1.1) is True
 
 
 def test_x3_needs_three_in_the_window():
-    det = BurstDetector(x_repeats=3, z_s=1.0)
+    det = BurstDetector(BTBConfig(x_repeats=3, z_s=1.0))
     assert [det.observe("p", t) for t in (0.0, 0.6, 1.2)] == [False, False, False]
     assert det.observe("p", 1.5) is True  # 0.6, 1.2, 1.5 span 0.9 s
 
 
 def test_keys_are_independent():
-    det = BurstDetector(x_repeats=2, z_s=1.0)
+    det = BurstDetector(BTBConfig(x_repeats=2, z_s=1.0))
     assert det.observe("a", 0.0) is False
     assert det.observe("b", 0.1) is False
     assert det.observe("a", 0.2) is True
@@ -44,12 +45,12 @@ def test_keys_are_independent():
 
 
 def test_x1_marks_every_arrival_active():
-    det = BurstDetector(x_repeats=1, z_s=0.0)
+    det = BurstDetector(BTBConfig(x_repeats=1, z_s=0.0))
     assert det.observe("p", 3.0) is True
 
 
 def test_stale_keys_expire_and_memory_is_bounded():
-    det = BurstDetector(x_repeats=2, z_s=1.0)
+    det = BurstDetector(BTBConfig(x_repeats=2, z_s=1.0))
     for i in range(1000):  # one new key every 0.1 s: at most 11 keys within any 1 s
         det.observe(i, i * 0.1)
         assert det.num_tracked <= 12
@@ -58,7 +59,7 @@ def test_stale_keys_expire_and_memory_is_bounded():
 
 
 def test_count_in_window_caps_at_x():
-    det = BurstDetector(x_repeats=2, z_s=1.0)
+    det = BurstDetector(BTBConfig(x_repeats=2, z_s=1.0))
     for t in (0.0, 0.1, 0.2):
         det.observe("p", t)
     assert det.count_in_window("p", 0.2) == 2
@@ -77,10 +78,12 @@ def test_time_must_not_go_backwards():
     ({"x_repeats": True}, "x_repeats=True"),
     ({"z_s": -1.0}, "z_s=-1.0"),
     ({"z_s": float("inf")}, "z_s=inf"),
+    ({"y_tokens": 0}, "y_tokens=0"),
+    ({"m_replicas": -1}, "m_replicas=-1"),
 ])
 def test_config_errors_name_field_and_value(kwargs, field):
     with pytest.raises(ConfigError, match=field):
-        DetectorConfig(**kwargs)
+        BTBConfig(**kwargs)
 
 
 def test_prefix_key_is_the_yth_chained_id():
@@ -110,7 +113,7 @@ def test_matches_brute_force(steps, x, z):
     for key, dt in steps:
         t += dt
         events.append((key, t))
-    det = BurstDetector(x, z)
+    det = BurstDetector(BTBConfig(x_repeats=x, z_s=z))
     assert [det.observe(k, tt) for k, tt in events] == _brute_force(events, x, z)
 
 
@@ -118,7 +121,7 @@ def test_exactly_z_apart_survives_float_rounding():
     # 2.003207 - 1.003207 evaluates to 1.0000000000000002 in binary floating point
     from btb_core.detector import BurstDetector
 
-    det = BurstDetector(x_repeats=2, z_s=1.0)
+    det = BurstDetector(BTBConfig(x_repeats=2, z_s=1.0))
     assert det.observe("k", 1.003207) is False
     assert det.observe("k", 2.003207) is True
     assert det.observe("j", 5.0) is False

@@ -138,7 +138,7 @@ def test_cli_events(tmp_path, capsys):
 
 
 def test_production_drivers():
-    from btb_core.production import (admission_comparison, event_runs, event_summary, event_timeline,
+    from btb_core.cluster_conditions import (admission_comparison, event_runs, event_summary, event_timeline,
                                      session_comparison)
 
     tr = load_trace(shipped_traces()["mooncake_conversation"]).rows(0, 200)
@@ -157,7 +157,7 @@ def test_production_drivers():
 
 
 def test_btb_adaptive_rewarms_a_new_replica_after_a_failure():
-    from btb_core.production import event_runs, event_summary
+    from btb_core.cluster_conditions import event_runs, event_summary
     from btb_core.scenarios import ScenarioSpec, build
 
     # 16 requests/s: the demand-sized warm set wants every replica, so losing one re-warms the new

@@ -20,6 +20,9 @@ from ..fileio import atomic_write_bytes, jsonable
 
 
 def register(sub) -> None:
+    from ..routers import POLICIES
+    from ..sim.schedulers import SCHEDULERS
+
     p = sub.add_parser("replay", help="replay a trace or a Bursted dataset through routing policies",
                        description=__doc__)
     src = p.add_mutually_exclusive_group(required=True)
@@ -27,12 +30,13 @@ def register(sub) -> None:
     src.add_argument("--dataset", type=Path, help="a Bursted dataset directory (experiment mode)")
     p.add_argument("--split", default="test", help="dataset split (experiment mode; default test)")
     p.add_argument("--policy", nargs="+", default=["cache_aware"],
-                   help="policy name(s): round_robin random power_of_two least_load cache_aware kv_aware llm_d btb btb_adaptive")
+                   help=f"policy name(s): {' '.join(POLICIES)} (default cache_aware)")
     p.add_argument("--setup", nargs="+", default=["70b_h100x4"],
                    help="model x hardware setup(s), e.g. 70b_h100x4 qwen3_8b_h100x4 (default 70b_h100x4)")
     p.add_argument("--replicas", type=int, default=4, help="replicas (default 4)")
-    p.add_argument("--scheduler", default="chunked", choices=("prefill_first", "chunked", "both"),
-                   help="prefill_first, chunked (default) or, in experiment mode, both")
+    p.add_argument("--scheduler", default="chunked", choices=(*SCHEDULERS, "both"),
+                   help=f"{', '.join(SCHEDULERS)} (default chunked) or, in experiment mode, both "
+                        "(every one of them)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--router-param", action="append", default=[], metavar="NAME=VALUE",
                    help="router constructor parameter, repeatable (e.g. cache_threshold=0.5)")
@@ -119,7 +123,9 @@ def _run_dataset(args) -> int:
     from ..experiment import run_experiment
     from ..routers import parse_router_params, policy_class, router_params
 
-    schedulers = ("prefill_first", "chunked") if args.scheduler == "both" else (args.scheduler,)
+    from ..sim.schedulers import SCHEDULERS
+
+    schedulers = tuple(SCHEDULERS) if args.scheduler == "both" else (args.scheduler,)
     params = {}
     if args.router_param:
         used = set()

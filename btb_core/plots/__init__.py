@@ -41,15 +41,13 @@ def enable_renderer(name: str | None = None) -> str:
 enable_renderer()
 
 
-#: Fixed policy order so every chart reads the same way.
-POLICY_ORDER = ["round_robin", "random", "power_of_two", "least_load", "cache_aware", "kv_aware",
-                "llm_d", "btb", "btb_adaptive"]
-
-
 def policy_order(policies) -> list[str]:
-    """The distinct ``policies`` present, in :data:`POLICY_ORDER` (unknown ones last)."""
+    """The distinct ``policies`` present, in the order of :data:`btb_core.routers.POLICIES` (the
+    registry; unknown ones last, in order of appearance), so every chart reads the same way."""
+    from ..routers import POLICIES
+
     present = list(dict.fromkeys(policies))
-    return [p for p in POLICY_ORDER if p in present] + [p for p in present if p not in POLICY_ORDER]
+    return [p for p in POLICIES if p in present] + [p for p in present if p not in POLICIES]
 
 
 def save_chart(chart: alt.TopLevelMixin, stem: str, directory: Path | None = None,
@@ -84,4 +82,4 @@ def save_chart(chart: alt.TopLevelMixin, stem: str, directory: Path | None = Non
     return [png, svg]
 
 
-__all__ = ["POLICY_ORDER", "enable_renderer", "policy_order", "save_chart"]
+__all__ = ["enable_renderer", "policy_order", "save_chart"]

@@ -33,8 +33,8 @@ is the policy that needs no tuning):
   ties go to the lower replica index.
 
 Load is the in-flight request count this router dispatched (shared with the contained router).
-Defaults are the reference study's: ``X = 2``, ``Y = 65,536`` tokens (``65536 // block_tokens``
-blocks), ``Z = 1 s``, ``M = 4``.
+X, Y, Z, M are one :class:`~btb_core.btb_config.BTBConfig` (defaults: the reference study's,
+stated there once).
 
 ``pause_compute_while_receiving`` (default ``False``): a warm copy is written into the destination's
 HBM by its NIC (GPUDirect RDMA), which uses no streaming multiprocessors, so the destination keeps
@@ -48,14 +48,12 @@ contention.
 
 from __future__ import annotations
 
+from ..btb_config import DEFAULT_BTB, BTBConfig
 from ..detector import BurstDetector, prefix_key
 from ..errors import ConfigError
 from .base import Router
 from .cache_aware import CacheAwareRouter, parse_tiers
-from .params import RouterParam, check_range
-
-#: Reference-study burst prefix length (tokens), ``DESIGN.md`` section 2.
-DEFAULT_Y_TOKENS = 65_536
+from .params import RouterParam
 
 
 class BTBRouter(Router):
@@ -63,16 +61,11 @@ class BTBRouter(Router):
 
     Parameters
     ----------
-    x_repeats : int >= 1
-        Arrivals of one prefix within ``z_s`` that make it active (2).
-    y_tokens : int >= 1
-        Burst prefix length in tokens; ``Y = y_tokens // block_tokens`` blocks (65,536).
-    z_s : float >= 0
-        Detector window in seconds (1.0).
-    m_replicas : int >= 0
-        Warm copies started per active prefix (4); 0 disables copying (pure cache-aware).
-    y_blocks : int >= 0
-        If > 0, overrides ``y_tokens`` with an explicit block count (0).
+    x_repeats, y_tokens, z_s, m_replicas
+        X (arrivals), Y (prefix tokens; ``Y = y_tokens // block_tokens`` blocks), Z (seconds), M
+        (copies per active prefix; 0 disables copying: pure cache-aware): the fields of
+        :class:`~btb_core.btb_config.BTBConfig`, which validates them and holds their defaults.
+        Available together as :attr:`config`.
     pause_compute_while_receiving : bool
         Destination pauses compute while a copy lands (``False``; see the module docstring).
     source_tiers : str
@@ -89,26 +82,23 @@ class BTBRouter(Router):
 
     name = "btb"
     PARAMS = (
-        RouterParam("x_repeats", int, 2, "X: arrivals of one prefix that mark a burst"),
-        RouterParam("y_tokens", int, DEFAULT_Y_TOKENS, "Y: burst prefix length in tokens"),
-        RouterParam("z_s", float, 1.0, "Z: detector window in seconds"),
-        RouterParam("m_replicas", int, 4, "M: warm copies per active prefix"),
-        RouterParam("y_blocks", int, 0, "Y in blocks (overrides y_tokens when > 0)"),
+        RouterParam("x_repeats", int, DEFAULT_BTB.x_repeats, "X: arrivals of one prefix that mark a burst"),
+        RouterParam("y_tokens", int, DEFAULT_BTB.y_tokens, "Y: burst prefix length in tokens"),
+        RouterParam("z_s", float, DEFAULT_BTB.z_s, "Z: detector window in seconds"),
+        RouterParam("m_replicas", int, DEFAULT_BTB.m_replicas, "M: warm copies per active prefix"),
         RouterParam("pause_compute_while_receiving", bool, False,
                     "destination pauses compute while a copy lands"),
         RouterParam("source_tiers", str, "hbm,dram,disk", "tiers in which a replica holds it"),
     ) + CacheAwareRouter.PARAMS
 
-    def __init__(self, x_repeats: int = 2, y_tokens: int = DEFAULT_Y_TOKENS, z_s: float = 1.0,
-                 m_replicas: int = 4, y_blocks: int = 0,
+    def __init__(self, x_repeats: int = DEFAULT_BTB.x_repeats, y_tokens: int = DEFAULT_BTB.y_tokens,
+                 z_s: float = DEFAULT_BTB.z_s, m_replicas: int = DEFAULT_BTB.m_replicas,
                  pause_compute_while_receiving: bool = False,
                  source_tiers: str = "hbm,dram,disk", **cache_aware) -> None:
         p = self.name
-        check_range(p, "x_repeats", x_repeats, 1, integer=True)
-        check_range(p, "y_tokens", y_tokens, 1, integer=True)
-        check_range(p, "z_s", z_s, 0.0)
-        check_range(p, "m_replicas", m_replicas, 0, integer=True)
-        check_range(p, "y_blocks", y_blocks, 0, integer=True)
+        #: X, Y, Z, M (validated; raises ConfigError naming the field and value)
+        self.config = BTBConfig(x_repeats=x_repeats, y_tokens=y_tokens, z_s=z_s,
+                                m_replicas=m_replicas)
         if not isinstance(pause_compute_while_receiving, bool):
             raise ConfigError(f"{p}: pause_compute_while_receiving="
                               f"{pause_compute_while_receiving!r} must be a bool")
@@ -117,30 +107,24 @@ class BTBRouter(Router):
         if unknown:
             raise ConfigError(f"{p}: unknown parameter(s) {unknown}; cache-aware ones are "
                               f"{sorted(known)}")
-        self.x_repeats = x_repeats
-        self.y_tokens = y_tokens
-        self.z_s = float(z_s)
-        self.m_replicas = m_replicas
-        self.y_blocks_override = y_blocks
         self.pause_compute_while_receiving = pause_compute_while_receiving
         self.source_tiers = parse_tiers(source_tiers, p, "source_tiers")
         self.cache_aware = CacheAwareRouter(**cache_aware)
 
     # -- lifecycle -----------------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, config: BTBConfig, **kwargs) -> "BTBRouter":
+        """A router with thresholds ``config`` and the other constructor ``kwargs``."""
+        return cls(**config.as_params(), **kwargs)
+
     def reset(self, view) -> None:
         super().reset(view)
-        if self.y_blocks_override > 0:
-            self.y_blocks = self.y_blocks_override
-        else:
-            self.y_blocks = self.y_tokens // view.block_tokens
-            if self.y_blocks < 1:
-                raise ConfigError(f"btb: y_tokens={self.y_tokens} is shorter than one block of "
-                                  f"{view.block_tokens} tokens")
+        #: Y in whole blocks of this run's trace
+        self.y_blocks = self.config.y_blocks(view.block_tokens)
         self.cache_aware.reset(view)
-        self.detector = BurstDetector(self.x_repeats, self.z_s)
+        self.detector = BurstDetector(self.config)
         self._started: dict = {}    # prefix key -> destinations a copy was started to
         self._landed: set = set()   # prefix keys with at least one landed copy
-        self._prefixes: dict = {}   # prefix key -> its Y block ids (keys that became active)
         self._transfer_key: dict = {}
         #: One dict per copy: key, src, dst, start_s, done_s (None until it lands).
         self.transfers: list[dict] = []
@@ -157,7 +141,7 @@ class BTBRouter(Router):
     # -- the rule ------------------------------------------------------------------------------
     def _replicate(self, key, prefix: tuple, holding: list) -> None:
         started = self._started.setdefault(key, set())
-        budget = self.m_replicas - len(started)
+        budget = self.config.m_replicas - len(started)
         if budget <= 0:
             return
         v = self.view
@@ -187,14 +171,12 @@ class BTBRouter(Router):
         replica = None
         key = prefix_key(request.hash_ids, y) if request.full_blocks >= y else None
         if key is not None:
-            active = self.detector.observe(key, self.view.now_s) and self.m_replicas > 0
+            active = self.detector.observe(key, self.view.now_s) and self.config.m_replicas > 0
             landed = key in self._landed
             if active or landed:
-                # one prefix tuple per key (so the simulator's lookup memo hits), one holder scan;
-                # copies started below land later, so the scan holds for the warm choice too
-                prefix = self._prefixes.get(key)
-                if prefix is None:
-                    prefix = self._prefixes[key] = request.hash_ids[:y]
+                # one holder scan; copies started below land later, so it holds for the warm
+                # choice too
+                prefix = request.hash_ids[:y]
                 v = self.view
                 holding = [v.cached_blocks(r, prefix, self.source_tiers) >= y
                            for r in range(v.num_replicas)]
@@ -251,4 +233,4 @@ class BTBRouter(Router):
         self.transfers[row]["done_s"] = self.view.now_s
 
 
-__all__ = ["BTBRouter", "DEFAULT_Y_TOKENS"]
+__all__ = ["BTBRouter"]

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..errors import ConfigError
-
-SCHEDULERS = ("prefill_first", "chunked")
+from .schedulers import SCHEDULERS
 
 #: KV admission rules: ``reserve`` (KV for prompt + output reserved at admission, no preemption) and
 #: ``paged`` (blocks allocated as decode grows; recompute preemption when they run out).
@@ -162,10 +161,11 @@ class ClusterConfig:
         Model x node x efficiencies; gives prefill, decode-step and tier-load times and the KV budget.
     num_replicas : int
         Replicas behind the router (``>= 1``).
-    scheduler : {"prefill_first", "chunked"}
-        ``prefill_first``: FIFO admission while KV fits, each admission's load + prefill runs alone
-        and pauses decode. ``chunked``: iterations with a shared token budget for prefill chunks and
-        decode tokens (vLLM / SGLang default behaviour).
+    scheduler : str
+        A name of :data:`btb_core.sim.schedulers.SCHEDULERS`: ``prefill_first`` (FIFO admission
+        while KV fits, each admission's load + prefill runs alone and pauses decode) or ``chunked``
+        (default; iterations with a shared token budget for prefill chunks and decode tokens, vLLM /
+        SGLang default behaviour).
     chunk_tokens : int
         Token budget per iteration for ``chunked`` (default 8,192).
     max_running : int
@@ -225,7 +225,7 @@ class ClusterConfig:
 
         integer("num_replicas", MAX_REPLICAS)
         if self.scheduler not in SCHEDULERS:
-            bad("scheduler", self.scheduler, f"must be one of {SCHEDULERS}")
+            bad("scheduler", self.scheduler, f"must be one of {tuple(SCHEDULERS)}")
         if self.kv_admission not in KV_ADMISSIONS:
             bad("kv_admission", self.kv_admission, f"must be one of {KV_ADMISSIONS}")
         integer("chunk_tokens", 2 ** 31 - 1)

@@ -25,6 +25,8 @@ from .lag import LaggedView, LoggedKVCache
 from .metrics import SimResult, build_result
 from .replica import DecodeModel, Job, Replica
 from .request import Request
+from .schedulers import SCHEDULERS
+from .view import ClusterView
 
 _TRANSFER, _OP, _ARRIVAL, _KICK, _SNAP = 0, 1, 2, 3, 4
 _CLUSTER = 1.5   # cluster events: after operation ends, before arrivals at the same instant
@@ -73,9 +75,13 @@ class _Resumed:
 
 
 class Simulator:
-    """Runs one trace through one router on one cluster. Implements the router's ClusterView.
+    """Runs one trace through one router on one cluster.
 
-    Use :func:`simulate`; this class is public for routers' type hints and for tests.
+    Use :func:`simulate`. The router sees the run only through :attr:`view` (a
+    :class:`~btb_core.sim.view.ClusterView`); the replica's scheduler
+    (:data:`btb_core.sim.schedulers.SCHEDULERS`) drives each replica through the scheduling
+    primitives below (``try_admit``, ``start_op``, ``start_stretch``, ``idle``, ``sample_queue``,
+    ``complete``, ``first_token``, ``finish_decodes``).
     """
 
     def __init__(self, trace, router, cluster, seed: int = 0, progress: bool | None = None,
@@ -115,9 +121,7 @@ class Simulator:
         self.seed = seed
         self.chunk_tokens = cluster.chunk_tokens
         self.progress = progress
-        self.chunked = cluster.scheduler == "chunked"
-        self.scheduler = cluster.scheduler
-        self.chunk_tokens = cluster.chunk_tokens
+        self.scheduler = SCHEDULERS[cluster.scheduler](cluster)
         self.decode = DecodeModel(self.cost)
         self.kv_bytes_per_token = self.cost.kv_bytes_per_token
         self.capacity_blocks = cluster.hbm_capacity_blocks(self.block_tokens)
@@ -141,7 +145,6 @@ class Simulator:
                 cache = LoggedKVCache(r, self.kv_log, self._clock, self.capacity_blocks,
                                       dram_blocks, disk)
             self.replicas.append(Replica(r, cache))
-        self.view = None              # what the router sees: this simulator, or a LaggedView
         self.now = 0.0
         self._heap = []
         self._seq = 0
@@ -153,71 +156,57 @@ class Simulator:
         self.jobs: list[Job] = []
         self.blocks: BlockIndex | None = None
         self._on_blocks = getattr(router, "on_blocks_complete", None)
-        self._pc_obj = None           # last id sequence given to cached_blocks, and its pieces
-        self._pc_val = None
+        #: What the router sees: a ClusterView, or a LaggedView (stale KV events / loads, sim/lag.py)
+        self.view = ClusterView(self)
         self.paged = cluster.kv_admission == "paged"
         if self.paged:
             self._paged_setup()
 
-    # ------------------------------------------------------------------ ClusterView
-    @property
-    def now_s(self) -> float:
-        return self.now
-
-    def queue_length(self, replica: int) -> int:
-        return len(self.replicas[replica].waiting)
-
-    def running(self, replica: int) -> int:
-        return self.replicas[replica].running
-
-    def queued_prompt_tokens(self, replica: int) -> int:
-        return sum(job.req.input_length for job in self.replicas[replica].waiting)
-
-    def kv_usage(self, replica: int) -> float:
-        return self.replicas[replica].cache.used_slots / self.capacity_blocks
-
-    def _pieces(self, hash_ids):
-        """Pieces of an id sequence if it is a root path, else None (memoised on identity)."""
-        if hash_ids is self._pc_obj:
-            return self._pc_val
-        val = self.blocks.path_pieces(hash_ids)
-        self._pc_obj = hash_ids
-        self._pc_val = val
-        return val
-
-    def _matched_any(self, cache, hash_ids, tiers) -> int:
-        """Block-by-block leading-run count for an id sequence that is not a root path."""
-        use = ("hbm" in tiers, "dram" in tiers, "disk" in tiers)
-        n = 0
-        for b in hash_ids:
-            where = self.blocks.locate(b)
-            if where is None:
-                break
-            t = cache.block_tiers(*where)
-            if not ((use[0] and t[0]) or (use[1] and t[1]) or (use[2] and t[2])):
-                break
-            n += 1
-        return n
-
     def _clock(self) -> float:
         return self.now
 
-    def cached_blocks(self, replica, hash_ids, tiers=("hbm", "dram", "disk")) -> int:
-        return self.cached_in(self.replicas[replica].cache, hash_ids, tiers)
+    def _kick(self, rep) -> None:
+        """Plan an idle replica with waiting requests at this instant, after the current event."""
+        if not rep.busy and rep.waiting and not rep.kick_pending:
+            rep.kick_pending = True
+            self._push(self.now, _KICK, rep)
 
-    def cached_in(self, cache, hash_ids, tiers=("hbm", "dram", "disk")) -> int:
-        """:meth:`cached_blocks` against any cache of this run's block index (e.g. a stale mirror)."""
-        pieces = self._pieces(hash_ids)
-        if pieces is None:
-            return self._matched_any(cache, hash_ids, tiers)
-        return cache.matched_blocks(pieces[0], pieces[1], len(hash_ids), tiers)
+    def pin_prefix(self, replica: int, pieces, num_blocks: int) -> int:
+        """Pin the leading blocks (at most ``num_blocks``) of a path that sit in ``replica``'s
+        HBM; returns how many were pinned (:meth:`ClusterView.pin_prefix`)."""
+        cache = self.replicas[replica].cache
+        k = cache.hbm_prefix(pieces[0], pieces[1], num_blocks)
+        cache.pin_existing(pieces[0], pieces[1], k)
+        return k
 
-    def active_blocks(self, replica: int) -> int:
-        return self.replicas[replica].cache.used_slots
+    def unpin_prefix(self, replica: int, pieces, num_blocks: int) -> None:
+        """Undo :meth:`pin_prefix` of ``num_blocks`` leading blocks; waiting requests may now fit."""
+        if self.cluster_events and self.replica_state[replica] == "failed":
+            return                    # the failure dropped every pin with the cache
+        self.replicas[replica].cache.unpin(pieces[0], pieces[1], num_blocks)
+        self._kick(self.replicas[replica])
 
-    def cached_block_count(self, replica: int) -> int:
-        return sum(self.replicas[replica].cache.hbm_len.values())
+    def hold_prefix(self, replica: int, hash_ids: tuple, until_s: float) -> None:
+        """Requests on ``replica`` that would reuse more of ``hash_ids`` than it holds wait until
+        ``until_s`` or :meth:`release_hold` (:meth:`ClusterView.hold_prefix`)."""
+        if not until_s > self.now:
+            return
+        rep = self.replicas[replica]
+        rep.holds.append((hash_ids[0], hash_ids, float(until_s), None))
+        self._push(float(until_s), _KICK, rep, 1)   # token 1: a hold expires (ends a decode stretch)
 
+    def release_hold(self, replica: int, hash_ids: tuple) -> None:
+        """End the :meth:`hold_prefix` holds of exactly ``hash_ids`` on ``replica``."""
+        rep = self.replicas[replica]
+        before = len(rep.holds)
+        rep.holds = [h for h in rep.holds if h[1] != hash_ids or h[3] is not None]
+        if len(rep.holds) != before and rep.waiting:
+            if rep.busy:
+                self._wake_held(rep)
+            else:
+                self._kick(rep)
+
+    # ------------------------------------------------------------------ router actions (via the view)
     def dispatch(self, request, replica: int) -> None:
         """Send ``request``, which the router held back (``route`` returned None), to ``replica``
         now. Raises ``ValueError`` on an invalid replica or a request not held back."""
@@ -229,98 +218,29 @@ class Simulator:
         rep = self.replicas[replica]
         job.replica = replica
         rep.waiting.append(job)
-        self._sample_queue(rep)
+        self.sample_queue(rep)
         if not rep.busy:
             if not rep.kick_pending:
                 self._plan(rep)
         elif rep.op_kind == "stretch":
             self._cut_stretch(rep)
 
-    def egress_backlog_s(self, replica: int) -> float:
-        return max(0.0, self.replicas[replica].egress_free_s - self.now)
+    def start_transfer(self, src: int, dst: int, hash_ids: tuple, pieces, pause_destination: bool,
+                       from_block: int = 0, hold: bool = False) -> int:
+        """Queue an RDMA copy already validated by :meth:`ClusterView.start_transfer`; returns its id.
 
-    def ingress_backlog_s(self, replica: int) -> float:
-        return max(0.0, self.replicas[replica].ingress_free_s - self.now)
-
-    def hbm_free_blocks(self, replica: int) -> int:
-        cache = self.replicas[replica].cache
-        return cache.capacity_blocks - cache.used_slots
-
-    def pin_prefix(self, replica, hash_ids) -> int:
-        hash_ids = tuple(hash_ids)
-        pieces = self._pieces(hash_ids)
-        if pieces is None:
-            raise ValueError("pin_prefix: hash_ids must be a leading part of a request's hash_ids")
-        cache = self.replicas[replica].cache
-        k = cache.hbm_prefix(pieces[0], pieces[1], len(hash_ids))
-        cache.pin_existing(pieces[0], pieces[1], k)
-        return k
-
-    def unpin_prefix(self, replica, hash_ids, num_blocks) -> None:
-        if self.cluster_events and self.replica_state[replica] == "failed":
-            return                    # the failure dropped every pin with the cache
-        hash_ids = tuple(hash_ids)
-        pieces = self._pieces(hash_ids)
-        if pieces is None:
-            raise ValueError("unpin_prefix: hash_ids must be a leading part of a request's hash_ids")
-        self.replicas[replica].cache.unpin(pieces[0], pieces[1], num_blocks)
-        rep = self.replicas[replica]
-        if not rep.busy and rep.waiting and not rep.kick_pending:
-            rep.kick_pending = True
-            self._push(self.now, _KICK, rep)
-
-    def hold_prefix(self, replica, hash_ids, until_s) -> None:
-        if not until_s > self.now:
-            return
-        hash_ids = tuple(hash_ids)
-        if not hash_ids:
-            raise ValueError("hold_prefix: no blocks")
-        rep = self.replicas[replica]
-        rep.holds.append((hash_ids[0], hash_ids, float(until_s), None))
-        self._push(float(until_s), _KICK, rep, 1)
-
-    def release_hold(self, replica, hash_ids) -> None:
-        rep = self.replicas[replica]
-        hash_ids = tuple(hash_ids)
-        before = len(rep.holds)
-        rep.holds = [h for h in rep.holds if h[1] != hash_ids or h[3] is not None]
-        if len(rep.holds) != before and rep.waiting:
-            if rep.busy:
-                self._wake_held(rep)
-            elif not rep.kick_pending:
-                rep.kick_pending = True
-                self._push(self.now, _KICK, rep)
-
-    def start_transfer(self, src, dst, hash_ids, pause_destination=False, from_block=0,
-                       hold=False) -> int:
-        n = self.num_replicas
-        if not (0 <= src < n and 0 <= dst < n):
-            raise ValueError(f"start_transfer: replicas must be in [0, {n}), got src={src} dst={dst}")
-        if src == dst:
-            raise ValueError(f"start_transfer: src and dst are both replica {src}")
+        ``pieces`` is ``(run starts, lengths)`` of ``hash_ids`` (:mod:`btb_core.sim.blocks`);
+        ``from_block`` > 0 sends only blocks ``from_block ..`` (time and bytes count those only);
+        ``hold`` makes the destination's requests that would reuse more of ``hash_ids`` than it
+        holds wait for the copy (see :meth:`ClusterView.start_transfer`).
+        """
         if self.cluster_events and (self.replica_state[src] in ("absent", "failed")
                                     or self.replica_state[dst] != "up"):
             raise ValueError(f"start_transfer: replica {src} ({self.replica_state[src]}) -> "
                              f"{dst} ({self.replica_state[dst]}): copies go from a live replica "
                              "to one that accepts requests")
-        hash_ids = tuple(hash_ids)
-        if not hash_ids:
-            raise ValueError("start_transfer: no blocks to copy")
         source = self.replicas[src]
-        pieces = self._pieces(hash_ids)
-        if pieces is None:
-            have = self._matched_any(source.cache, hash_ids, ("hbm", "dram", "disk"))
-            if have == len(hash_ids):
-                raise ValueError("start_transfer: hash_ids must be a leading part of a request's "
-                                 "hash_ids (a chained prefix from the first block)")
-        else:
-            have = source.cache.matched_blocks(pieces[0], pieces[1], len(hash_ids))
-        if have < len(hash_ids):
-            raise ValueError(f"start_transfer: replica {src} holds only {have} of the "
-                             f"{len(hash_ids)} complete blocks requested")
-        ps, pl = pieces
-        if not (isinstance(from_block, int) and 0 <= from_block < len(hash_ids)):
-            raise ValueError(f"start_transfer: from_block={from_block!r} must be in [0, {len(hash_ids)})")
+        run_starts, run_lens = pieces
         tokens = (len(hash_ids) - from_block) * self.block_tokens
         dest = self.replicas[dst]
         start = max(self.now, source.egress_free_s, dest.ingress_free_s)
@@ -328,11 +248,11 @@ class Simulator:
         source.egress_free_s = end
         dest.ingress_free_s = end
         tr = Transfer(len(self.transfers), src, dst, hash_ids, tokens * self.kv_bytes_per_token,
-                      self.now, start, end, ps, pl)
+                      self.now, start, end, run_starts, run_lens)
         tr.num_blocks = len(hash_ids) - from_block    # blocks sent (a pipelined chunk: the new ones)
         cache = source.cache
-        pinned = cache.hbm_prefix(ps, pl, len(hash_ids))  # blocks in HBM: a leading part
-        cache.pin_existing(ps, pl, pinned)
+        pinned = cache.hbm_prefix(run_starts, run_lens, len(hash_ids))  # blocks in HBM: a leading part
+        cache.pin_existing(run_starts, run_lens, pinned)
         tr.src_pinned = pinned
         if self.cluster_events:
             tr.epochs = (source.epoch, dest.epoch)
@@ -349,7 +269,7 @@ class Simulator:
         self._seq += 1
         heapq.heappush(self._heap, (t, prio, self._seq, obj, token))
 
-    def _sample_queue(self, rep):
+    def sample_queue(self, rep):
         t, r, q = self.queue_samples
         t.append(self.now)
         r.append(rep.idx)
@@ -414,8 +334,6 @@ class Simulator:
             self.view = LaggedView(self, self.kv_event_lag_s, self.load_lag_s)
             if self.load_lag_s > 0 and n:
                 self._push(self.load_lag_s, _SNAP, self.view)
-        else:
-            self.view = self
         router.reset(self.view)
         heap = self._heap
         replicas = self.replicas
@@ -560,7 +478,7 @@ class Simulator:
         rep = self.replicas[r]
         job.replica = r
         rep.waiting.append(job)
-        self._sample_queue(rep)
+        self.sample_queue(rep)
         if not rep.busy:
             if not rep.kick_pending:   # after every arrival at this instant, as the trace path does
                 rep.kick_pending = True
@@ -695,13 +613,14 @@ class Simulator:
         self._no_admit = None              # a replica that preempted in this planning round
         self._first_admit = {}             # job -> its first admission's per-request figures
         self._n_preempt = {}               # job -> preemptions
-        self._base_try_admit = self._try_admit
-        self._try_admit = self._try_admit_paged
-        self._start_stretch = self._start_stretch_paged
-        self._base_plan_chunked = self._plan_chunked
-        self._plan_chunked = self._plan_chunked_paged
-        self._base_first_token = self._first_token
-        self._first_token = self._first_token_paged
+        self._base_try_admit = self.try_admit
+        self.try_admit = self._try_admit_paged
+        self.start_stretch = self._start_stretch_paged
+        if self.scheduler.decodes_in_ops:     # its operations run decode steps: allocate first
+            self._base_schedule = self._schedule
+            self._schedule = self._plan_decoding_op_paged
+        self._base_first_token = self.first_token
+        self.first_token = self._first_token_paged
 
     def _try_admit_paged(self, rep, job) -> bool:
         if self._no_admit is rep:
@@ -794,7 +713,7 @@ class Simulator:
         self.preemptions += 1
         self.preempted_tokens += kv_tokens
         rep.waiting.appendleft(job)
-        self._sample_queue(rep)
+        self.sample_queue(rep)
         self._no_admit = rep
 
     def _start_stretch_paged(self, rep):
@@ -803,7 +722,7 @@ class Simulator:
             k = self._allocate_decode(rep, k)
             if k:
                 n, ctx = rep.n_decode, rep.ctx_tokens
-                self._start_op(rep, "stretch", self.decode.stretch_s(n, ctx, k), (n, ctx, k))
+                self.start_op(rep, "stretch", self.decode.stretch_s(n, ctx, k), (n, ctx, k))
                 self._no_admit = None
                 return
             self._preempt_newest(rep)
@@ -815,12 +734,12 @@ class Simulator:
             rep.kick_pending = True
             self._push(self.now, _KICK, rep)
 
-    def _plan_chunked_paged(self, rep):
+    def _plan_decoding_op_paged(self, rep):
         before = self.preemptions
         while rep.n_decode and not self._allocate_decode(rep, 1):
             self._preempt_newest(rep)
         try:
-            self._base_plan_chunked(rep)
+            self._base_schedule(rep)
         finally:
             self._no_admit = None
         if self.preemptions != before and not rep.busy and rep.waiting and not rep.kick_pending:
@@ -862,7 +781,7 @@ class Simulator:
         return tqdm(total=n, desc="simulating", unit="req", mininterval=0.5)
 
     # ------------------------------------------------------------------ admission
-    def _try_admit(self, rep, job) -> bool:
+    def try_admit(self, rep, job) -> bool:
         """Look up the prefix, decide tier loads, reserve KV. False if it does not fit now."""
         req = job.req
         bt = self.block_tokens
@@ -913,7 +832,7 @@ class Simulator:
             self._mark_served(rep, job, m)
         return True
 
-    def _first_unheld(self, rep, start: int = 0):
+    def first_unheld(self, rep, start: int = 0):
         """Index of the first waiting request from ``start`` that no hold makes wait (requests
         waiting for a copy in flight are skipped, as vLLM's scheduler skips requests waiting for
         remote KV), or None."""
@@ -966,7 +885,7 @@ class Simulator:
                     for tr in recs:
                         tr.served += 1
 
-    def _complete(self, rep, job, upto_tokens):
+    def complete(self, rep, job, upto_tokens):
         """Make blocks fully prefilled up to ``upto_tokens`` reusable."""
         new_pinned = upto_tokens // self.block_tokens
         if new_pinned > job.full:
@@ -987,7 +906,7 @@ class Simulator:
         self.router.on_request_finished(job.req, rep.idx)
         job.req.drop_hash_ids()
 
-    def _first_token(self, rep, job):
+    def first_token(self, rep, job):
         job.first_token_s = self.now
         self.router.on_prefill_done(job.req, rep.idx)
         if job.req.output_length <= 1:
@@ -1000,7 +919,7 @@ class Simulator:
             self._seq += 1
             heapq.heappush(rep.decode_heap, (rep.steps_done + job.req.output_length - 1, self._seq, job))
 
-    def _finish_decodes(self, rep):
+    def finish_decodes(self, rep):
         heap = rep.decode_heap
         steps = rep.steps_done
         while heap and heap[0][0] <= steps:
@@ -1010,7 +929,7 @@ class Simulator:
             self._finish(rep, job)
 
     # ------------------------------------------------------------------ planning
-    def _start_op(self, rep, kind, duration, data):
+    def start_op(self, rep, kind, duration, data):
         rep.busy = True
         rep.op_kind = kind
         rep.op_token += 1
@@ -1018,42 +937,25 @@ class Simulator:
         rep.op_data = data
         self._push(self.now + duration, _OP, rep, rep.op_token)
 
+    def idle(self, rep):
+        """Leave ``rep`` idle until the next arrival, transfer or wake-up plans it again."""
+        rep.busy = False
+        rep.op_kind = None
+
     def _plan(self, rep):
         """Start the replica's next operation, or leave it idle."""
         if self.now < rep.paused_until:
-            self._start_op(rep, "pause", rep.paused_until - self.now, None)
+            self.start_op(rep, "pause", rep.paused_until - self.now, None)
             return
-        if self.chunked:
-            self._plan_chunked(rep)
-        else:
-            self._plan_prefill_first(rep)
+        self._schedule(rep)
 
-    def _plan_prefill_first(self, rep):
-        waiting = rep.waiting
-        i = self._first_unheld(rep) if waiting and rep.running < self.cluster.max_running else None
-        if i is not None:
-            job = waiting[i]
-            if self._try_admit(rep, job):
-                if i:
-                    del waiting[i]
-                else:
-                    waiting.popleft()
-                self._sample_queue(rep)
-                req = job.req
-                compute = self.cost.prefill_s(req.input_length - job.done_tokens, job.done_tokens)
-                rep.in_op += 1
-                self._start_op(rep, "prefill", job.load_s + compute, job)
-                return
-        if rep.n_decode:
-            self._start_stretch(rep)
-        else:
-            rep.busy = False
-            rep.op_kind = None
+    def _schedule(self, rep):
+        self.scheduler.plan(self, rep)
 
-    def _start_stretch(self, rep):
+    def start_stretch(self, rep):
         k = rep.decode_heap[0][0] - rep.steps_done
         n, ctx = rep.n_decode, rep.ctx_tokens
-        self._start_op(rep, "stretch", self.decode.stretch_s(n, ctx, k), (n, ctx, k))
+        self.start_op(rep, "stretch", self.decode.stretch_s(n, ctx, k), (n, ctx, k))
 
     def _cut_stretch(self, rep):
         """An arrival during a decode stretch: end it at the end of the step in progress."""
@@ -1068,60 +970,6 @@ class Simulator:
         rep.op_token += 1
         self._push(end, _OP, rep, rep.op_token)
 
-    def _plan_chunked(self, rep):
-        budget = self.cluster.chunk_tokens - rep.n_decode
-        cost = self.cost
-        chunks = []
-        flops = 0.0
-        loads = 0.0
-        for job in rep.prefilling:
-            if budget <= 0:
-                break
-            rem = job.req.input_length - job.done_tokens
-            c = rem if rem < budget else budget
-            flops += cost.prefill_flops(c, job.done_tokens)
-            chunks.append((job, c))
-            budget -= c
-        waiting = rep.waiting
-        admitted = False
-        max_running = self.cluster.max_running
-        i = 0
-        while budget > 0 and waiting and rep.running < max_running:
-            if rep.holds:
-                i = self._first_unheld(rep, i)
-                if i is None:
-                    break
-            job = waiting[i]
-            if not self._try_admit(rep, job):
-                break
-            if i:
-                del waiting[i]
-            else:
-                waiting.popleft()
-            admitted = True
-            rep.prefilling.append(job)
-            loads += job.load_s
-            rem = job.req.input_length - job.done_tokens
-            c = rem if rem < budget else budget
-            flops += cost.prefill_flops(c, job.done_tokens)
-            chunks.append((job, c))
-            budget -= c
-        if admitted:
-            self._sample_queue(rep)
-        if not chunks:
-            if rep.n_decode:
-                self._start_stretch(rep)
-            else:
-                rep.busy = False
-                rep.op_kind = None
-            return
-        d = self.decode
-        n_dec = rep.n_decode
-        compute = cost.compute_s(flops) + d.g * n_dec
-        memory = d.a + d.c * rep.ctx_tokens
-        duration = (compute if compute > memory else memory) + loads
-        self._start_op(rep, "iter", duration, chunks)
-
     # ------------------------------------------------------------------ completions
     def _op_done(self, rep):
         kind = rep.op_kind
@@ -1129,32 +977,13 @@ class Simulator:
         r.append(rep.idx)
         a.append(rep.op_start_s)
         b.append(self.now)
-        if kind == "prefill":
-            job = rep.op_data
-            rep.in_op -= 1
-            job.done_tokens = job.req.input_length
-            self._complete(rep, job, job.done_tokens)
-            self._first_token(rep, job)
-        elif kind == "stretch":
+        if kind == "stretch":
             n, ctx, k = rep.op_data
             rep.steps_done += k
             rep.ctx_tokens += n * k
-            self._finish_decodes(rep)
-        elif kind == "iter":
-            if rep.n_decode:
-                rep.steps_done += 1
-                rep.ctx_tokens += rep.n_decode
-                self._finish_decodes(rep)
-            finished = []
-            for job, c in rep.op_data:
-                job.done_tokens += c
-                self._complete(rep, job, job.done_tokens)
-                if job.done_tokens >= job.req.input_length:
-                    finished.append(job)
-            if finished:
-                rep.prefilling = [j for j in rep.prefilling if j.done_tokens < j.req.input_length]
-                for job in finished:
-                    self._first_token(rep, job)
+            self.finish_decodes(rep)
+        elif kind != "pause":
+            self.scheduler.op_done(self, rep, kind, rep.op_data)
         rep.busy = False
         rep.op_kind = None
         self._plan(rep)

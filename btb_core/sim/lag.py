@@ -27,6 +27,7 @@ routers itself and nothing here runs, so results are bit-identical to a run with
 from __future__ import annotations
 
 from .kvcache import DiskTier, KVCache
+from .view import ClusterView
 
 #: The cache operations that change its contents (the ones the mirror replays).
 MUTATORS = ("pin_prefix", "reserve_private", "complete_blocks", "release", "pin_existing",
@@ -81,9 +82,9 @@ for _name in MUTATORS:
     setattr(LoggedKVCache, _name, _logged(_name))
 
 
-class LaggedView:
-    """The :class:`~btb_core.routers.base.ClusterView` of a router behind stale KV events and
-    snapshot loads; wraps a :class:`~btb_core.sim.engine.Simulator` (see the module docstring).
+class LaggedView(ClusterView):
+    """The :class:`~btb_core.sim.view.ClusterView` of a router behind stale KV events and
+    snapshot loads (see the module docstring); the clock, NIC backlogs and actions stay live.
 
     Parameters
     ----------
@@ -102,15 +103,10 @@ class LaggedView:
         for field, value in (("kv_event_lag_s", kv_event_lag_s), ("load_lag_s", load_lag_s)):
             if not (isinstance(value, (int, float)) and 0.0 <= value < float("inf")):
                 raise ValueError(f"{field}={value!r} must be a finite number >= 0")
+        super().__init__(sim)
         self.sim = sim
         self.kv_event_lag_s = float(kv_event_lag_s)
         self.load_lag_s = float(load_lag_s)
-        self.num_replicas = sim.num_replicas
-        self.block_tokens = sim.block_tokens
-        self.chunk_tokens = sim.chunk_tokens
-        self.scheduler = sim.scheduler
-        self.cost = sim.cost
-        self.rng = sim.rng
         self._log_pos = 0
         self.mirrors = None
         if self.kv_event_lag_s > 0:
@@ -151,77 +147,42 @@ class LaggedView:
 
     def cached_blocks(self, replica, hash_ids, tiers=("hbm", "dram", "disk")) -> int:
         if self.mirrors is None:
-            return self.sim.cached_blocks(replica, hash_ids, tiers)
+            return super().cached_blocks(replica, hash_ids, tiers)
         self._catch_up()
-        return self.sim.cached_in(self.mirrors[replica], hash_ids, tiers)
+        return self.cached_in(self.mirrors[replica], hash_ids, tiers)
 
     def cached_block_count(self, replica: int) -> int:
         if self.mirrors is None:
-            return self.sim.cached_block_count(replica)
+            return super().cached_block_count(replica)
         self._catch_up()
         return sum(self.mirrors[replica].hbm_len.values())
 
     # -- load figures --------------------------------------------------------------------------
     def snapshot(self) -> None:
         """Take the load figures of every replica now (called every ``load_lag_s`` seconds)."""
-        s = self.sim
+        live = ClusterView
         r = range(self.num_replicas)
-        self._snap = ([s.queue_length(i) for i in r], [s.running(i) for i in r],
-                      [s.kv_usage(i) for i in r], [s.active_blocks(i) for i in r],
-                      [s.queued_prompt_tokens(i) for i in r])
+        self._snap = ([live.queue_length(self, i) for i in r], [live.running(self, i) for i in r],
+                      [live.kv_usage(self, i) for i in r], [live.active_blocks(self, i) for i in r],
+                      [live.queued_prompt_tokens(self, i) for i in r])
 
     def queue_length(self, replica: int) -> int:
-        return self._snap[0][replica] if self._snap else self.sim.queue_length(replica)
+        return self._snap[0][replica] if self._snap else super().queue_length(replica)
 
     def running(self, replica: int) -> int:
-        return self._snap[1][replica] if self._snap else self.sim.running(replica)
+        return self._snap[1][replica] if self._snap else super().running(replica)
 
     def kv_usage(self, replica: int) -> float:
-        return self._snap[2][replica] if self._snap else self.sim.kv_usage(replica)
+        return self._snap[2][replica] if self._snap else super().kv_usage(replica)
 
     def active_blocks(self, replica: int) -> int:
-        return self._snap[3][replica] if self._snap else self.sim.active_blocks(replica)
+        return self._snap[3][replica] if self._snap else super().active_blocks(replica)
 
     def queued_prompt_tokens(self, replica: int) -> int:
-        return self._snap[4][replica] if self._snap else self.sim.queued_prompt_tokens(replica)
+        return self._snap[4][replica] if self._snap else super().queued_prompt_tokens(replica)
 
-    # -- live ----------------------------------------------------------------------------------
-    @property
-    def routable_replicas(self):
-        """Live (cluster membership is not a lagged figure: a gateway learns it from health
-        checks)."""
-        return self.sim.routable_replicas
-
-    @property
-    def now_s(self) -> float:
-        return self.sim.now
-
-    def egress_backlog_s(self, replica: int) -> float:
-        return self.sim.egress_backlog_s(replica)
-
-    def ingress_backlog_s(self, replica: int) -> float:
-        return self.sim.ingress_backlog_s(replica)
-
-    def hbm_free_blocks(self, replica: int) -> int:
-        return self.sim.hbm_free_blocks(replica)
-
-    def start_transfer(self, src, dst, hash_ids, pause_destination=False, **kw) -> int:
-        return self.sim.start_transfer(src, dst, hash_ids, pause_destination, **kw)
-
-    def pin_prefix(self, replica, hash_ids) -> int:
-        return self.sim.pin_prefix(replica, hash_ids)
-
-    def unpin_prefix(self, replica, hash_ids, num_blocks) -> None:
-        self.sim.unpin_prefix(replica, hash_ids, num_blocks)
-
-    def hold_prefix(self, replica, hash_ids, until_s) -> None:
-        self.sim.hold_prefix(replica, hash_ids, until_s)
-
-    def release_hold(self, replica, hash_ids) -> None:
-        self.sim.release_hold(replica, hash_ids)
-
-    def dispatch(self, request, replica: int) -> None:
-        self.sim.dispatch(request, replica)
+    # live, inherited from ClusterView: the clock, NIC backlogs, free HBM, copies, pins, holds and
+    # dispatches
 
 
 __all__ = ["LaggedView", "LoggedKVCache", "MUTATORS"]

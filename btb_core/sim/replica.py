@@ -1,4 +1,6 @@
-"""One replica: waiting queue, running batch under a KV budget, and the two schedulers.
+"""One replica: waiting queue, running batch under a KV budget, closed-form decode.
+
+The scheduler that drives a replica lives in :mod:`btb_core.sim.schedulers` (one file each).
 
 A replica alternates *operations*, each one event in the simulator:
 

@@ -1,0 +1,93 @@
+"""``chunked``: vLLM/SGLang-style iterations with one token budget for prefill chunks and decode.
+
+One ``"iter"`` operation is one engine step: ``cluster.chunk_tokens`` tokens shared by one decode
+token per decoding request, then prefill chunks of the admitted requests still prefilling (FIFO),
+then of newly admitted ones. Its duration is ``max(compute, memory) + loads`` where compute =
+prefill-chunk FLOPs (with the causal attention term over the tokens already cached) + 2 x active
+params per decode token, over the node's peak x MFU; memory = (active weights + decode context KV)
+/ (HBM bandwidth x MBU); loads = tier loads of the requests admitted in this step. With no prefill
+work the replica decodes (the engine's ``"stretch"``) or is idle.
+"""
+
+from __future__ import annotations
+
+from .base import Scheduler
+
+
+class Chunked(Scheduler):
+    """Chunked prefill under a per-iteration token budget (``ClusterConfig.chunk_tokens``)."""
+
+    name = "chunked"
+    decodes_in_ops = True
+
+    def plan(self, sim, rep) -> None:
+        budget = self.cluster.chunk_tokens - rep.n_decode
+        cost = sim.cost
+        chunks = []
+        flops = 0.0
+        loads = 0.0
+        for job in rep.prefilling:
+            if budget <= 0:
+                break
+            rem = job.req.input_length - job.done_tokens
+            c = rem if rem < budget else budget
+            flops += cost.prefill_flops(c, job.done_tokens)
+            chunks.append((job, c))
+            budget -= c
+        waiting = rep.waiting
+        admitted = False
+        max_running = self.cluster.max_running
+        i = 0
+        while budget > 0 and waiting and rep.running < max_running:
+            if rep.holds:             # skip requests waiting for a copy in flight
+                i = sim.first_unheld(rep, i)
+                if i is None:
+                    break
+            job = waiting[i]
+            if not sim.try_admit(rep, job):
+                break
+            if i:
+                del waiting[i]
+            else:
+                waiting.popleft()
+            admitted = True
+            rep.prefilling.append(job)
+            loads += job.load_s
+            rem = job.req.input_length - job.done_tokens
+            c = rem if rem < budget else budget
+            flops += cost.prefill_flops(c, job.done_tokens)
+            chunks.append((job, c))
+            budget -= c
+        if admitted:
+            sim.sample_queue(rep)
+        if not chunks:
+            if rep.n_decode:
+                sim.start_stretch(rep)
+            else:
+                sim.idle(rep)
+            return
+        d = sim.decode
+        n_dec = rep.n_decode
+        compute = cost.compute_s(flops) + d.g * n_dec
+        memory = d.a + d.c * rep.ctx_tokens
+        duration = (compute if compute > memory else memory) + loads
+        sim.start_op(rep, "iter", duration, chunks)
+
+    def op_done(self, sim, rep, kind: str, data) -> None:
+        if rep.n_decode:
+            rep.steps_done += 1
+            rep.ctx_tokens += rep.n_decode
+            sim.finish_decodes(rep)
+        finished = []
+        for job, c in data:
+            job.done_tokens += c
+            sim.complete(rep, job, job.done_tokens)
+            if job.done_tokens >= job.req.input_length:
+                finished.append(job)
+        if finished:
+            rep.prefilling = [j for j in rep.prefilling if j.done_tokens < j.req.input_length]
+            for job in finished:
+                sim.first_token(rep, job)
+
+
+__all__ = ["Chunked"]
