@@ -380,47 +380,52 @@ def _run_locked(grid, out, cells, executor, workers, scheduler_address, progress
     jobs = [(c, grid.dataset, grid.split) for c in pending]
     from .progress import progress_bar
 
-    bar = progress_bar(len(jobs), "sweep", "cell", progress) if jobs else None
+    bar = None
 
     def done(row):
         _write_part(out, row)
         if bar is not None:
             bar.update(1)
 
-    if executor == "serial" or not jobs:
-        for j in jobs:
-            done(_sweep_job(j))
-    elif executor == "processes":
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+    try:
+        if executor == "serial" or not jobs:
+            bar = progress_bar(len(jobs), "sweep", "cell", progress) if jobs else None
+            for j in jobs:
+                done(_sweep_job(j))
+        elif executor == "processes":
+            from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) as ex:
-            for fut in as_completed([ex.submit(_sweep_job, j) for j in jobs]):
-                done(fut.result())
-    else:
-        from dask.distributed import Client, LocalCluster, as_completed
-
-        cluster = None
-        if scheduler_address:
-            try:
-                client = Client(scheduler_address, timeout="10s")
-            except (OSError, TimeoutError, ValueError) as exc:
-                raise ConfigError(f"--scheduler-address {scheduler_address}: cannot connect "
-                                  f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
-                                  f"; is `dask scheduler` running there?") from None
+            with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) as ex:
+                bar = progress_bar(len(jobs), "sweep", "cell", progress)
+                for fut in as_completed([ex.submit(_sweep_job, j) for j in jobs]):
+                    done(fut.result())
         else:
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=":0")  # any free port
-            client = Client(cluster)
-        try:
-            futures = [client.submit(_sweep_job, j, pure=False) for j in jobs]
-            for fut in as_completed(futures):
-                done(fut.result())
-        finally:
-            client.close()
-            if cluster is not None:
-                cluster.close()
-    if bar is not None:
-        bar.close()
+            from dask.distributed import Client, LocalCluster, as_completed
+
+            cluster = None
+            if scheduler_address:
+                try:
+                    client = Client(scheduler_address, timeout="10s")
+                except (OSError, TimeoutError, ValueError) as exc:
+                    raise ConfigError(f"--scheduler-address {scheduler_address}: cannot connect "
+                                      f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+                                      f"; is `dask scheduler` running there?") from None
+            else:
+                cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                       dashboard_address=":0")  # any free port
+                client = Client(cluster)
+            try:
+                bar = progress_bar(len(jobs), "sweep", "cell", progress)  # once connected
+                futures = [client.submit(_sweep_job, j, pure=False) for j in jobs]
+                for fut in as_completed(futures):
+                    done(fut.result())
+            finally:
+                client.close()
+                if cluster is not None:
+                    cluster.close()
+    finally:
+        if bar is not None:
+            bar.close()
     return read_results(out, cells)
 
 

@@ -70,12 +70,12 @@ def test_btb_drops_copies_on_a_failed_replica_and_rewarms():
     n = 60
     tr = make_trace([0.2 * i for i in range(n)], [8 * BT + 4] * n, [50] * n,
                     [list(range(8)) + [100 + i] for i in range(n)], block_tokens=BT)
-    router = policy_class("btb")(y_blocks=8, m_replicas=1, z_s=1.0)
+    router = policy_class("btb")(y_tokens=8 * BT, m_replicas=1, z_s=1.0)
     first = simulate(tr, router, cluster(3)).transfers
     assert len(first) == 1
     dst = int(first["dst"].iloc[0])
     t_fail = float(first["end_s"].iloc[0]) + 1.0
-    router = policy_class("btb")(y_blocks=8, m_replicas=1, z_s=1.0)
+    router = policy_class("btb")(y_tokens=8 * BT, m_replicas=1, z_s=1.0)
     res = simulate(tr, router, cluster(3), events=[ClusterEvent(t_fail, "fail", dst)])
     tr2 = res.transfers
     assert len(tr2) == 2 and int(tr2["dst"].iloc[1]) != dst and tr2["request_s"].iloc[1] >= t_fail
@@ -89,7 +89,7 @@ def test_copy_to_a_failing_replica_lands_nothing():
     sim = Simulator(tr, policy_class("least_load")(), cluster(2),
                     events=[ClusterEvent(0.0, "add", 2), ClusterEvent(0.5, "fail", 2)])
     with pytest.raises(ValueError, match="copies go from a live replica"):
-        sim.start_transfer(0, 2, [0])   # replica 2 is not there before t = 0
+        sim.view.start_transfer(0, 2, [0])   # replica 2 is not there before t = 0
 
 
 def test_event_validation(tmp_path):

@@ -110,8 +110,8 @@ def _replay_parser():
 # ------------------------------------------------------------------ policies
 def _router_classes_in_package():
     found = {}
-    for info in pkgutil.iter_modules(routers_pkg.__path__):
-        mod = importlib.import_module(f"btb_core.routers.{info.name}")
+    for info in pkgutil.walk_packages(routers_pkg.__path__, prefix="btb_core.routers."):
+        mod = importlib.import_module(info.name)
         for _, cls in inspect.getmembers(mod, inspect.isclass):
             # a policy declares its own ``name`` (wrappers such as RouterInstances do not)
             if (issubclass(cls, Router) and cls is not Router and "name" in vars(cls)

@@ -234,11 +234,6 @@ class Simulator:
         ``hold`` makes the destination's requests that would reuse more of ``hash_ids`` than it
         holds wait for the copy (see :meth:`ClusterView.start_transfer`).
         """
-        if self.cluster_events and (self.replica_state[src] in ("absent", "failed")
-                                    or self.replica_state[dst] != "up"):
-            raise ValueError(f"start_transfer: replica {src} ({self.replica_state[src]}) -> "
-                             f"{dst} ({self.replica_state[dst]}): copies go from a live replica "
-                             "to one that accepts requests")
         source = self.replicas[src]
         run_starts, run_lens = pieces
         tokens = (len(hash_ids) - from_block) * self.block_tokens
@@ -543,7 +538,7 @@ class Simulator:
         rep.holds = []
         rep.epoch += 1
         rep.cache.clear(not self.cluster.disk_shared)
-        self._sample_queue(rep)
+        self.sample_queue(rep)
         self.event_log.append((self.now, "fail", r, len(lost)))
         router.on_replica_removed(r, True)
         lost.sort(key=lambda j: j.req.index)
@@ -574,7 +569,7 @@ class Simulator:
         rep = self.replicas[r]
         job.replica = r
         rep.waiting.append(job)
-        self._sample_queue(rep)
+        self.sample_queue(rep)
         if not rep.busy:
             if not rep.kick_pending:
                 rep.kick_pending = True

@@ -169,6 +169,12 @@ class ClusterView:
             raise ValueError(f"start_transfer: replicas must be in [0, {n}), got src={src} dst={dst}")
         if src == dst:
             raise ValueError(f"start_transfer: src and dst are both replica {src}")
+        sim = self._sim
+        if sim.cluster_events and (sim.replica_state[src] in ("absent", "failed")
+                                   or sim.replica_state[dst] != "up"):
+            raise ValueError(f"start_transfer: replica {src} ({sim.replica_state[src]}) -> "
+                             f"{dst} ({sim.replica_state[dst]}): copies go from a live replica "
+                             "to one that accepts requests")
         hash_ids = tuple(hash_ids)
         if not hash_ids:
             raise ValueError("start_transfer: no blocks to copy")
