@@ -93,7 +93,7 @@ class RebuildIndex(ApproxPrefixIndex):
         return removed
 
 
-def run(trace: Trace, policy: str, reference: bool) -> dict:
+def run(trace: Trace, policy: str, reference: bool, max_tree_size: int | None = None) -> dict:
     import btb_core.routers.cache_aware as ca
 
     cluster = ClusterConfig.from_setup("70b_h100x4", num_replicas=16, scheduler="chunked")
@@ -102,13 +102,16 @@ def run(trace: Trace, policy: str, reference: bool) -> dict:
         ca.ApproxPrefixIndex = RebuildIndex
     try:
         t0, c0 = time.perf_counter(), time.process_time()
-        res = simulate(trace, make_router(policy), cluster, seed=0, progress=False)
+        params = {} if max_tree_size is None else {"max_tree_size": max_tree_size}  # btb too
+        res = simulate(trace, make_router(policy, **params), cluster, seed=0, progress=False)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
         ca.ApproxPrefixIndex = saved
     return {"policy": policy, "eviction": "rebuild (before)" if reference else "incremental",
-            "rows": len(trace), "replicas": 16, "simulate_s": round(wall, 2), "cpu_s": round(cpu, 2),
+            "rows": len(trace), "replicas": 16, "max_tree_size": max_tree_size or 2 ** 26,
+            "simulate_s": round(wall, 2), "cpu_s": round(cpu, 2),
             "us_per_row": round(1e6 * wall / len(trace), 1),
+            "cpu_us_per_row": round(1e6 * cpu / len(trace), 1),
             "ttft_mean_s": res.metrics["ttft_mean_s"]}
 
 
@@ -118,19 +121,26 @@ def main() -> None:
     ap.add_argument("--policies", nargs="+", default=["cache_aware", "btb"])
     ap.add_argument("--reference", action="store_true",
                     help="also time the old full-rebuild eviction on sizes up to 300,000 rows")
+    ap.add_argument("--max-tree-size", type=int, default=None,
+                    help="cache_aware tree bound in tokens (default the shipped 2**26); a smaller "
+                         "bound makes trims evict from the first copies on, so shorter runs show "
+                         "the scaling")
+    ap.add_argument("--out", default="results_router_scaling.json")
     args = ap.parse_args()
     results = []
-    print(f"{'policy':<12} {'eviction':<17} {'rows':>9} {'simulate s':>10} {'us/row':>7}")
+    print(f"{'policy':<12} {'eviction':<17} {'rows':>9} {'simulate s':>10} {'us/row':>7} "
+          f"{'cpu s':>8} {'cpu us/row':>10}")
     for rows in args.rows:
         trace = tiled_trace(rows)
         for policy in args.policies:
             cases = [False] + ([True] if args.reference and rows <= 300_000 else [])
             for ref in cases:
-                r = run(trace, policy, ref)
+                r = run(trace, policy, ref, args.max_tree_size)
                 results.append(r)
                 print(f"{r['policy']:<12} {r['eviction']:<17} {r['rows']:>9,} {r['simulate_s']:>10.1f} "
-                      f"{r['us_per_row']:>7.1f}", flush=True)
-    out = HERE / "results_router_scaling.json"
+                      f"{r['us_per_row']:>7.1f} {r['cpu_s']:>8.1f} {r['cpu_us_per_row']:>10.1f}",
+                      flush=True)
+    out = HERE / args.out
     out.write_text(json.dumps({"machine": platform.platform(), "python": platform.python_version(),
                                "results": results}, indent=1) + "\n")
     print(f"written {out.name}")

@@ -449,6 +449,9 @@ def test_huge_numbers_and_sizes(tmp_path, capsys):
     refused(capsys, tmp_path, ["synth", "--out", out, "--job-gap-s", "1e300"], "--job-gap-s")
     refused(capsys, tmp_path, ["synth", "--out", out, "--job-size", "200000"], "fit in memory")
     refused(capsys, tmp_path, ["synth", "--out", out, "--jobs", str(2 ** 70)], "--jobs")
+    refused(capsys, tmp_path, ["cost", "--tokens", str(10 ** 23)], "2^40")
+    ok = jsonl(tmp_path / "ok.jsonl", mooncake_rows(3))
+    refused(capsys, tmp_path, ["replay", "--trace", ok, "--replicas", str(10 ** 8)], "num_replicas")
     assert not out.exists()
 
 

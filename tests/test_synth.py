@@ -314,7 +314,7 @@ def test_interrupted_write_leaves_nothing(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(synth, "dataset_card", boom)
+    monkeypatch.setattr(synth.writer, "dataset_card", boom)
     with pytest.raises(KeyboardInterrupt):
         synth.write(gen(), tmp_path / "bd")
     assert list(tmp_path.iterdir()) == []

@@ -125,6 +125,11 @@ def run(args: argparse.Namespace) -> int:
     bad = [t for t in tokens if t < 1]
     if bad:
         raise ConfigError(f"--tokens must be >= 1, got {bad[0]}")
+    from ..trace import MAX_TOKENS
+
+    huge = [t for t in tokens if t > MAX_TOKENS]
+    if huge:
+        raise ConfigError(f"--tokens {huge[0]}: more than 2^40 tokens (not a prompt length)")
     rows = cm.table_rows(tokens)
     if args.json:
         print(json.dumps({"setup": cm.describe(), "rows": rows, "ratios": ratios(rows)},
