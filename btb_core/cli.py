@@ -14,7 +14,7 @@ import sys
 
 from .errors import BTBError
 
-COMMANDS = ("cost", "audit", "synth", "replay", "sweep", "suite", "gateway-check")
+COMMANDS = ("cost", "audit", "synth", "replay", "sweep", "suite", "gateway-check", "validate_engine")
 
 
 def build_parser() -> argparse.ArgumentParser:
