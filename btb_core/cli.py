@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 from .errors import BTBError
@@ -17,11 +18,44 @@ from .errors import BTBError
 COMMANDS = ("cost", "audit", "synth", "replay", "sweep", "suite", "gateway-check", "validate_engine")
 
 
+#: One example per subcommand for ``btb --help`` (run from the repository root).
+EXAMPLES = {
+    "cost": "btb cost --linear                      # the published linear prefill / KV-load table",
+    "audit": "btb audit data/traces/mooncake/conversation_trace.jsonl --window-s 10 60",
+    "synth": "btb synth --out build/bursted-quick --preset quick",
+    "replay": "btb replay --trace data/traces/mooncake/conversation_trace.jsonl --policy cache_aware btb",
+    "sweep": "btb sweep --grid examples/sweep_grid.yaml --workers 2",
+    "suite": "btb suite --policies cache_aware btb --scale 0.5 --workers 2",
+    "gateway-check": "btb gateway-check --burst --replicas 4",
+}
+
+DESCRIPTION = ("Route LLM inference under bursty, same-prefix traffic: cost model, trace audits, "
+               "Bursted datasets, simulated replays and parameter sweeps.")
+
+
+def plain(text: str | None) -> str | None:
+    """Docstring text for a terminal: reST markup (``code``, :mod:`x`, ``::``) removed."""
+    if not text:
+        return text
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
+    text = text.replace("``", "`").replace("::\n", ":\n")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="btb", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    epilog = "examples (one per command; `btb COMMAND --help` for every option):\n" + "\n".join(
+        f"  {EXAMPLES.get(name, f'btb {name} --help')}" for name in COMMANDS)
+    parser = argparse.ArgumentParser(prog="btb", description=DESCRIPTION, epilog=epilog,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                title="commands")
     for name in COMMANDS:
         importlib.import_module(f"btb_core.commands.{name.replace('-', '_')}").register(sub)
+    for name, p in sub.choices.items():
+        p.description = plain(p.description)
+        p.formatter_class = argparse.RawDescriptionHelpFormatter
+        if name in EXAMPLES and not p.epilog:
+            p.epilog = f"example:\n  {EXAMPLES[name]}"
     return parser
 
 

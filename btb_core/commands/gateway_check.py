@@ -25,8 +25,9 @@ def register(sub) -> None:
                           "65,536-token prefix, each with its own 1,024-token suffix, over 60 s)")
     p.add_argument("--replicas", type=int, default=4, help="replicas (default 4)")
     p.add_argument("--setup", default="70b_h100x4", help="model x hardware setup (default 70b_h100x4)")
-    p.add_argument("--scheduler", default="chunked", choices=("prefill_first", "chunked"))
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scheduler", default="chunked", choices=("prefill_first", "chunked"),
+                   help="replica scheduler (default chunked)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--router-param", action="append", default=[], metavar="NAME=VALUE",
                    help="sglang_gateway parameter, repeatable (gateway_policy, cache_threshold, "
                         "balance_abs_threshold, balance_rel_threshold, chars_per_block, "

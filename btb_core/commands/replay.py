@@ -37,7 +37,7 @@ def register(sub) -> None:
     p.add_argument("--scheduler", default="chunked", choices=(*SCHEDULERS, "both"),
                    help=f"{', '.join(SCHEDULERS)} (default chunked) or, in experiment mode, both "
                         "(every one of them)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed for routers that draw (default 0)")
     p.add_argument("--router-param", action="append", default=[], metavar="NAME=VALUE",
                    help="router constructor parameter, repeatable (e.g. cache_threshold=0.5)")
     prod = p.add_argument_group("routers as production runs them (trace mode)")
@@ -196,8 +196,8 @@ def run(args) -> int:
             raise ConfigError(f"{used[0]} is for --trace mode (one continuous run); replay a window "
                               "of the dataset with --trace instead")
         return _run_dataset(args)
-    if len(args.policy) != 1 or len(args.setup) != 1:
-        raise ConfigError("--trace mode takes one --policy and one --setup")
+    if len(args.policy) > 1 or len(args.setup) > 1:
+        return _run_trace_many(args)
     if args.scheduler == "both":
         raise ConfigError("--scheduler both is for --dataset mode; use prefill_first or chunked")
     from ..sim import ClusterConfig, simulate
@@ -246,4 +246,71 @@ def run(args) -> int:
             print(f"{k:<{width}}  {text}")
         if args.out is not None:
             print(f"per-request table written to {args.out}")
+    return 0
+
+
+def _params_by_policy(policies, router_param: list[str]) -> dict[str, list[str]]:
+    """``--router-param`` entries split by the policy that has each parameter (ConfigError for an
+    entry no policy takes)."""
+    from ..routers import policy_class, router_params
+
+    out, used = {}, set()
+    for p in policies:
+        names = {rp.name for rp in router_params(policy_class(p))}
+        out[p] = [kv for kv in router_param if kv.split("=", 1)[0].strip().replace("-", "_") in names]
+        used.update(out[p])
+    unused = [kv for kv in router_param if kv not in used]
+    if unused:
+        raise ConfigError(f"--router-param {unused[0]!r} is not a parameter of any of the policies "
+                          f"{', '.join(policies)}")
+    return out
+
+
+#: Columns of the several-policies table (fits 120 columns; --json has every metric).
+TRACE_TABLE = ["setup", "policy", "requests", "ttft_mean_s", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s",
+               "hit_fraction", "rdma_copies", "copies_unused"]
+
+
+def _run_trace_many(args) -> int:
+    """``--trace`` with several ``--policy`` / ``--setup``: one run of the trace per (setup, policy),
+    each on a fresh cluster; a table (or a JSON list) with one row per run."""
+    import pandas as pd
+
+    if args.scheduler == "both":
+        raise ConfigError("--scheduler both is for --dataset mode; use prefill_first or chunked")
+    if args.out is not None:
+        raise ConfigError("--out writes one run's requests: give one --policy and one --setup with it")
+    if args.closed_loop or args.routers != 1 or args.router_sync_s or args.kv_event_lag_s \
+            or args.load_lag_s:
+        raise ConfigError("--closed-loop, --routers and the lag options take one --policy and one "
+                          "--setup")
+    from ..experiment import check_names
+    from ..sim import ClusterConfig, simulate
+    from ..trace import load_trace
+
+    check_names(policies=args.policy, setups=args.setup, where="btb replay: ")
+    params = _params_by_policy(args.policy, args.router_param)
+    trace = load_trace(args.trace)
+    trace.require_prefix_info("replay (prefix caching and routing)")
+    if getattr(trace, "group_column", None):
+        where = args.trace if args.trace.is_dir() else args.trace.parent
+        raise ConfigError(f"{args.trace} holds several windows, each with its own clock; replay it "
+                          f"window by window with --dataset {where}")
+    rows = []
+    for setup in args.setup:
+        cluster = ClusterConfig.from_setup(setup, num_replicas=args.replicas, scheduler=args.scheduler,
+                                           attention=not args.linear, kv_admission=args.kv_admission)
+        for policy in args.policy:
+            result = simulate(trace, _router(policy, params[policy]), cluster, seed=args.seed,
+                              progress=False)
+            rows.append({"trace": str(args.trace), "policy": policy, "setup": setup,
+                         "replicas": args.replicas, "scheduler": args.scheduler, "seed": args.seed,
+                         **result.metrics})
+    if args.json:
+        print(json.dumps(jsonable(rows), indent=2))
+    else:
+        df = pd.DataFrame(rows)
+        print(f"{args.trace}: {args.replicas} replicas, {args.scheduler}, seed {args.seed}")
+        cols = [c for c in TRACE_TABLE if c in df and (c != "setup" or len(args.setup) > 1)]
+        print(df[cols].to_string(index=False, float_format="%.3f"))
     return 0

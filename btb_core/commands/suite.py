@@ -20,7 +20,7 @@ def register(sub) -> None:
     p.add_argument("--scale", type=float, default=1.0,
                    help="multiply every shape's duration (fewer requests at the same rates; default 1)")
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     p.set_defaults(func=run)
 

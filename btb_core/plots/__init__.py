@@ -50,6 +50,42 @@ def policy_order(policies) -> list[str]:
     return [p for p in POLICIES if p in present] + [p for p in present if p not in POLICIES]
 
 
+def setup_label(setup: str) -> str:
+    """A setup name as a person reads it: ``"70b_h100x4"`` -> ``"Llama-3.3-70B on 4x H100-SXM"``.
+
+    Unknown names are returned unchanged; ``70b_h100x4_reference`` reads as the published table's.
+    """
+    from ..cost import REFERENCE_SETUP
+    from ..specs import GPUS, MODELS, SETUPS
+
+    if setup == REFERENCE_SETUP:
+        return "Llama-3.3-70B on 4x H100 (published linear table)"
+    if setup not in SETUPS:
+        return str(setup)
+    model, gpu, n = SETUPS[setup]
+    return f"{MODELS[model].name} on {n}x {GPUS[gpu].name}"
+
+
+def tidy(df, digits: int = 3):
+    """A table for display: integer-valued float columns as integers, other floats rounded.
+
+    Counts that pandas stored as float (a column with gaps, e.g. a parameter that only BTB rows
+    have) show as ``2``, not ``2.0``; every other float column keeps ``digits`` decimals.
+    """
+    import pandas as pd
+
+    out = df.copy()
+    for col in out.columns:
+        s = out[col]
+        if pd.api.types.is_float_dtype(s):
+            finite = s.dropna()
+            if len(finite) and (finite == finite.round()).all() and finite.abs().max() < 2**53:
+                out[col] = s.astype("Int64")
+            else:
+                out[col] = s.round(digits)
+    return out.style.format(precision=digits, thousands=",", na_rep="") if digits is not None else out
+
+
 def save_chart(chart: alt.TopLevelMixin, stem: str, directory: Path | None = None,
                scale: float = 2.0) -> list[Path]:
     """Write ``chart`` as ``<stem>.png`` and ``<stem>.svg`` (via vl-convert), atomically.
@@ -82,4 +118,4 @@ def save_chart(chart: alt.TopLevelMixin, stem: str, directory: Path | None = Non
     return [png, svg]
 
 
-__all__ = ["enable_renderer", "policy_order", "save_chart"]
+__all__ = ["enable_renderer", "policy_order", "save_chart", "setup_label", "tidy"]
