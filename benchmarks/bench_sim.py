@@ -1,7 +1,7 @@
 """Simulator throughput: simulated requests per second, events per second, peak RSS.
 
 Replays (1) the full shipped Mooncake conversation trace and (2) a 76,800-row trace shaped like the
-Bursted test split (benchmarks/shapes.py) with round_robin on 4, 16 and 64 replicas of
+Bursted test split (btb_core/bursted_shaped.py) with round_robin on 4, 16 and 64 replicas of
 Llama-3.3-70B on 4x H100 (chunked scheduler). Each case runs in its own process (one core), so
 peak RSS is per case; each case runs 3 times and the median (by end-to-end rate) is reported, with
 all three rates in the JSON. Prints a table and writes benchmarks/results_sim.json.
@@ -36,7 +36,7 @@ def _case(trace_name: str, replicas: int, queue) -> None:
     from btb_core.routers import make_router
     from btb_core.sim import ClusterConfig, simulate
     from btb_core.trace import load_mooncake
-    from shapes import bursted_shaped_trace
+    from btb_core.bursted_shaped import bursted_shaped_trace
 
     t0 = time.perf_counter()
     c0 = time.process_time()

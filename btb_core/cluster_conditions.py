@@ -8,6 +8,8 @@ and :mod:`btb_core.sessions`.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 
 from .routers import make_router
@@ -74,7 +76,7 @@ def admission_comparison(trace, policies, cluster: ClusterConfig, seed: int = 0)
     rows = []
     for policy in policies:
         for adm in ("reserve", "paged"):
-            res = simulate(trace, make_router(policy), cluster.with_(kv_admission=adm), seed=seed)
+            res = simulate(trace, make_router(policy), dataclasses.replace(cluster, kv_admission=adm), seed=seed)
             m = res.metrics
             rows.append({"policy": policy, "kv_admission": adm, **{k: m[k] for k in _KEEP},
                          "queue_wait_mean_s": m["queue_wait_mean_s"],

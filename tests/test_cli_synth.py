@@ -23,7 +23,19 @@ def count_rows(out):
     return rows
 
 
-def test_default_preset_prints_counts(tmp_path, capsys):
+def test_default_preset_prints_counts(tmp_path, capsys, monkeypatch, default_dataset):
+    # the CLI's generate() call for the default preset returns the session's default build
+    # (tests/conftest.py) instead of generating it a second time
+    import btb_core.commands.synth as cmd
+
+    real = cmd.generate
+
+    def generate(base, config, rng, seed=0, preset_name=None, base_info=None):
+        if config == cmd.PRESETS["default"] and seed == 0 and preset_name == "default":
+            return default_dataset
+        return real(base, config, rng, seed=seed, preset_name=preset_name, base_info=base_info)
+
+    monkeypatch.setattr(cmd, "generate", generate)
     code, out, err = run(capsys, "--out", str(tmp_path / "bd"))
     assert code == 0, err
     assert count_rows(out) == {"train": [10, 5, 5, 23_600], "test": [30, 15, 15, 70_800],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -145,7 +146,7 @@ def test_production_drivers():
     loops = session_comparison(tr, ["cache_aware"], cluster(2), think_s=1.0)
     assert loops["loop"].tolist() == ["open", "closed"] and (loops["requests"] == 200).all()
     assert loops["sessions"].nunique() == 1
-    adm = admission_comparison(tr, ["least_load"], cluster(1).with_(hbm_kv_capacity_bytes=int(48e9)))
+    adm = admission_comparison(tr, ["least_load"], dataclasses.replace(cluster(1), hbm_kv_capacity_bytes=int(48e9)))
     assert adm["kv_admission"].tolist() == ["reserve", "paged"] and adm["preemptions"].iloc[0] == 0
     events = [ClusterEvent(float(tr.arrival_s[100]), "add", 2)]
     runs = event_runs(tr, ["least_load", "btb"], cluster(2), events, m_replicas=1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from btb_core.errors import ConfigError
@@ -16,7 +18,7 @@ def cluster(blocks=None, **kw):
     base = ClusterConfig.from_setup("70b_h100x4", num_replicas=1, dram_capacity_bytes=0, **kw)
     if blocks is None:
         return base
-    return base.with_(hbm_kv_capacity_bytes=blocks * BT * base.cost.kv_bytes_per_token)
+    return dataclasses.replace(base, hbm_kv_capacity_bytes=blocks * BT * base.cost.kv_bytes_per_token)
 
 
 @pytest.mark.parametrize("scheduler", ["chunked", "prefill_first"])

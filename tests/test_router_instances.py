@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -138,7 +139,7 @@ class Probe(Router):
 def test_kv_event_lag_never_shows_a_block_early(lag_s, cluster):
     # 4 replicas, the prefix arrives every 0.25 s: each replica computes it itself (round robin);
     # prefill_first completes a prompt's blocks all at once, at its first token
-    c4 = cluster.with_(num_replicas=4, scheduler="prefill_first")
+    c4 = dataclasses.replace(cluster, num_replicas=4, scheduler="prefill_first")
     trace = build(ScenarioSpec("burst", 120, 30.0, PREFIX, SUFFIX))
     y = PREFIX // 512
     live, late = Probe(y), Probe(y)
@@ -160,7 +161,7 @@ def test_kv_event_lag_never_shows_a_block_early(lag_s, cluster):
 
 
 def test_load_lag_gives_snapshots_every_period(cluster):
-    c2 = cluster.with_(num_replicas=2)
+    c2 = dataclasses.replace(cluster, num_replicas=2)
     trace = build(ScenarioSpec("unrelated", 60, 6.0, suffix_tokens=8192))
     live, late = Probe(1), Probe(1)
     simulate(trace, live, c2)

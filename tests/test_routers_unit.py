@@ -36,7 +36,6 @@ class FakeView:
         self.now_s = 0.0
         self.cache = [{"hbm": set(), "dram": set(), "disk": set()} for _ in range(n)]
         self.queue = [0] * n
-        self.run = [0] * n
         self.kv = [0.0] * n
         self.blocks = [0] * n
         self.egress = [0.0] * n
@@ -55,7 +54,6 @@ class FakeView:
     def queued_prompt_tokens(self, r): return self.queued_tokens[r]
     def cached_block_count(self, r): return len(self.cache[r]["hbm"])
     def dispatch(self, request, r): self.dispatched.append((request.index, r))
-    def running(self, r): return self.run[r]
     def kv_usage(self, r): return self.kv[r]
     def active_blocks(self, r): return self.blocks[r]
     def egress_backlog_s(self, r): return self.egress[r]
@@ -243,6 +241,22 @@ def test_power_of_two_never_picks_the_unique_max_when_others_are_idle():
         picks.append(router.route(req(i, [i])))
         router.on_request_finished(req(i, [i]), picks[-1])
     assert 0 not in picks and set(picks) == {1, 2}
+
+
+@pytest.mark.parametrize("load", ["engine", "in_flight"])
+def test_power_of_two_tie_goes_to_the_first_draw(load):
+    # equal loads: the first of the two draws wins (SGLang's ``load_i <= load_j``); replay the
+    # router's two draws from a twin generator to know which one came first
+    router = PowerOfTwoRouter(load=load)
+    setup(router, n=5, seed=7)
+    twin = np.random.default_rng(7)
+    for i in range(30):
+        first = int(twin.integers(5))
+        second = (first + 1 + int(twin.integers(4))) % 5
+        assert second != first
+        r = router.route(req(i, [i]))
+        assert r == first
+        router.on_request_finished(req(i, [i]), r)      # loads back to all equal
 
 
 # -- the approximate prefix tree -------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -245,3 +247,55 @@ def test_request_larger_than_hbm_is_a_clear_error():
     cap = 10 * BT * COST.kv_bytes_per_token
     with pytest.raises(ConfigError, match="needs 21 KV blocks"):
         simulate(trace_of([(0.0, 20 * BT, 1, prefix_ids(1, 20))]), Fixed(), cluster(hbm_kv_capacity_bytes=cap))
+
+
+def test_prefix_in_dram_is_recomputed_when_loading_is_slower():
+    # the same three requests as above, but a DRAM tier whose set-up latency (10 s) makes loading
+    # the 16-block prefix slower than recomputing it: C recomputes and loads nothing
+    slow = dataclasses.replace(COST, setup_latency_s={**COST.setup_latency_s, "dram": 10.0})
+    assert slow.load_s("dram", 16 * BT) > slow.prefill_s(16 * BT, 0)
+    cap = 40 * BT * COST.kv_bytes_per_token
+    p = prefix_ids(1, 16)
+    rows = [
+        (0.0, 16 * BT, 1, p),
+        (10.0, 39 * BT, 1, prefix_ids(2, 39)),
+        (30.0, 16 * BT + 300, 1, p + [999_999]),
+    ]
+    cl = ClusterConfig(cost=slow, num_replicas=1, scheduler="prefill_first", hbm_kv_capacity_bytes=cap)
+    res = simulate(trace_of(rows), Fixed(), cl)
+    c = res.requests.iloc[2]
+    assert c["reuse_tier"] == "none"
+    assert c["reused_tokens"] == 0 and c["hit_dram_tokens"] == 0 and c["load_s"] == 0.0
+    assert c["ttft_s"] == pytest.approx(slow.prefill_s(16 * BT + 300, 0), rel=1e-12)
+
+
+class CopyFromEach(Router):
+    """Requests 0 and 1 go to replicas 0 and 1; request 2 goes to replica 0 and starts copies of
+    both earlier prompts into replica 2 at once."""
+
+    name = "copy_from_each"
+
+    def reset(self, view):
+        super().reset(view)
+        self.prompts = []
+
+    def route(self, request):
+        if request.index < 2:
+            self.prompts.append(request.hash_ids)
+            return request.index
+        for src, ids in enumerate(self.prompts):
+            self.view.start_transfer(src, 2, ids)
+        return 0
+
+
+def test_copies_into_one_replica_queue_on_its_ingress():
+    # two copies from different sources (free egress NICs) to the same destination: the second
+    # waits for the destination's ingress NIC, so it starts when the first ends
+    p, q = prefix_ids(1, 32), prefix_ids(2, 32)
+    t_copy = COST.prefill_s(32 * BT, 0) + 0.5
+    rows = [(0.0, 32 * BT, 1, p), (0.0, 32 * BT, 1, q), (t_copy, 100, 1, [7])]
+    res = simulate(trace_of(rows), CopyFromEach(), cluster(n=3))
+    copy_s = COST.load_s("rdma", 32 * BT)
+    tr = res.transfers
+    assert tr["start_s"].tolist() == pytest.approx([t_copy, t_copy + copy_s], rel=1e-12)
+    assert tr["end_s"].tolist() == pytest.approx([t_copy + copy_s, t_copy + 2 * copy_s], rel=1e-12)

@@ -22,12 +22,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from btb_core.paths import DATA_DIR, REPO_ROOT
+from btb_core import bursted_shaped as shapes
+from btb_core.paths import DATA_DIR
 from btb_core.routers import Router, make_router
 from btb_core.trace import load_mooncake
-
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-import shapes  # noqa: E402
 
 GOLDEN = Path(__file__).resolve().parent / "data"
 #: Every SAMPLE_EVERY-th request row of each case is pinned (plus the run metrics and transfers).
@@ -214,7 +212,7 @@ def test_block_index_pieces_and_chain_check():
     assert bi.path_pieces((1, 4)) is None          # not from the first block
     assert bi.path_pieces((0, 2)) is None          # not a chain
     assert bi.path_pieces((0, 99)) is None
-    assert bi.locate(4) == (4, 0) and bi.locate(3) == (0, 3) and bi.locate(99) is None
+    assert bi.run_of(4) == (4, 0) and bi.run_of(3) == (0, 3) and bi.run_of(99) is None
     with pytest.raises(TraceError, match=r"row \d: block id 2 follows \d here but \d elsewhere: ids are not chained"):
         BlockIndex(np.array([0, 1, 2, 0, 2], np.int32), np.array([0, 3, 5], np.int64))
 

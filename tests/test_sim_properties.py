@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from btb_core.cost import cost_model_for_setup
 from btb_core.routers import Router
 from btb_core.sim import ClusterConfig, simulate
+from btb_core.sim.engine import Simulator
 from btb_core.trace import make_trace
 
 BT = 64
@@ -38,6 +39,27 @@ class CopyingRandom(SeededRandom):
                         v.start_transfer(src, dst, ids)
                     break
         return super().route(request)
+
+
+def run_checked(trace, router, cluster, seed):
+    """Simulate, checking every replica's KV-cache accounting after every operation and copy, and
+    that nothing stays pinned or reserved once the run is over (KVCache.check_invariants)."""
+    sim = Simulator(trace, router, cluster, seed=seed)
+    caches = [rep.cache for rep in sim.replicas]
+
+    def checked(step):
+        def run(obj):
+            step(obj)
+            for cache in caches:
+                cache.check_invariants()
+        return run
+
+    sim._op_done = checked(sim._op_done)
+    sim._transfer_done = checked(sim._transfer_done)
+    res = sim.run()
+    for cache in caches:
+        cache.check_invariants(idle=True)
+    return res
 
 
 @st.composite
@@ -70,7 +92,7 @@ def test_invariants(trace, scheduler, replicas, hbm_blocks, dram_blocks, chunk, 
     cluster = ClusterConfig(cost=COST, num_replicas=replicas, scheduler=scheduler, chunk_tokens=chunk,
                             hbm_kv_capacity_bytes=hbm_blocks * kvb, dram_capacity_bytes=dram_blocks * kvb)
     router = CopyingRandom() if copying else SeededRandom()
-    res = simulate(trace, router, cluster, seed=seed)
+    res = run_checked(trace, router, cluster, seed)
     req = res.requests
     # every request finishes exactly once, in order arrival <= admission <= first token <= finish
     assert len(req) == len(trace)

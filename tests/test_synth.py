@@ -53,8 +53,8 @@ def test_reference_preset_counts_closed_form():
     assert ref.base_rows_needed() == 20_000
 
 
-def test_default_preset_on_shipped_mooncake():
-    ds = synth.build(None, "default", seed=0)
+def test_default_preset_on_shipped_mooncake(default_dataset):
+    ds = default_dataset
     assert ds.counts() == {
         "train": {"windows": 10, "normal_windows": 5, "synthetic_windows": 5, "rows": 23_600},
         "test": {"windows": 30, "normal_windows": 15, "synthetic_windows": 15, "rows": 70_800}}

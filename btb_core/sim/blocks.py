@@ -26,7 +26,7 @@ from ..errors import TraceError
 _CHUNK = 1 << 22
 
 
-def locate(lens, pos: int) -> tuple[int, int]:
+def piece_at(lens, pos: int) -> tuple[int, int]:
     """(piece index, offset in that piece) of path position ``pos``, given the pieces' lengths."""
     k = 0
     while pos >= lens[k]:
@@ -176,7 +176,7 @@ class BlockIndex:
             return None
         return starts, lens
 
-    def locate(self, block) -> tuple[int, int] | None:
+    def run_of(self, block) -> tuple[int, int] | None:
         """(run start, offset in the run) of one block id, or None if the id is not in the trace."""
         if not isinstance(block, (int, np.integer)) or not (0 <= block < self.num_ids):
             return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..errors import ConfigError
 from .schedulers import SCHEDULERS
@@ -266,10 +266,6 @@ class ClusterConfig:
         except KeyError as exc:
             raise ConfigError(str(exc.args[0]) if exc.args else str(exc)) from None
         return cls(cost=cost, setup_name=setup, **kwargs)
-
-    def with_(self, **changes) -> "ClusterConfig":
-        """A copy with ``changes`` applied (validated)."""
-        return replace(self, **changes)
 
     def hbm_capacity_blocks(self, block_tokens: int) -> int:
         """HBM KV budget per replica in blocks of ``block_tokens`` tokens."""

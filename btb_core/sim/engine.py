@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 from ..errors import ConfigError
-from .blocks import BlockIndex, locate
+from .blocks import BlockIndex, piece_at
 from .kvcache import DiskTier, KVCache
 from .lag import LaggedView, LoggedKVCache
 from .metrics import SimResult, build_result
@@ -36,9 +36,11 @@ class Transfer:
     """One RDMA copy of a prefix's blocks from ``src`` to ``dst``."""
 
     __slots__ = ("tid", "src", "dst", "hash_ids", "num_blocks", "bytes", "request_s", "start_s",
-                 "end_s", "landed_blocks", "served", "src_pinned", "ps", "pl", "epochs")
+                 "end_s", "landed_blocks", "served", "src_pinned", "piece_starts", "piece_lens",
+                 "epochs")
 
-    def __init__(self, tid, src, dst, hash_ids, num_bytes, request_s, start_s, end_s, ps=(), pl=()):
+    def __init__(self, tid, src, dst, hash_ids, num_bytes, request_s, start_s, end_s,
+                 piece_starts=(), piece_lens=()):
         self.tid = tid
         self.src = src
         self.dst = dst
@@ -52,8 +54,8 @@ class Transfer:
         self.served = 0
         self.src_pinned = 0           # leading blocks pinned on the source (those in its HBM)
         self.epochs = None            # (src, dst) failure counts at the start (cluster events)
-        self.ps = ps                  # the path's pieces (btb_core.sim.blocks)
-        self.pl = pl
+        self.piece_starts = piece_starts  # the path's pieces: run start ids and lengths
+        self.piece_lens = piece_lens      # (btb_core.sim.blocks)
 
 
 class _Resumed:
@@ -391,17 +393,16 @@ class Simulator:
             q_time.append(next_arrival)
             q_replica.append(r)
             q_len.append(len(rep.waiting))
-            if not rep.busy:
-                if rep.kick_pending:
-                    pass
-                elif i < n_arrive and arrive_s[i] == next_arrival:
+            if rep.busy:
+                if rep.op_kind == "stretch":
+                    self._cut_stretch(rep)
+            elif not rep.kick_pending:    # (a wake-up already pending plans it)
+                if i < n_arrive and arrive_s[i] == next_arrival:
                     # more arrivals at this instant: schedule together, after all of them
                     rep.kick_pending = True
                     self._push(self.now, _KICK, rep)
                 else:
                     self._plan(rep)
-            elif rep.op_kind == "stretch":
-                self._cut_stretch(rep)
         self.events = events
         end_hook = getattr(router, "on_run_end", None)
         if end_hook is not None:
@@ -435,7 +436,7 @@ class Simulator:
         ext_off = plan.ext_offsets.tolist()
         for i, job in enumerate(self.jobs):
             a, b = p_off[n + i], p_off[n + i + 1]
-            job.ps, job.pl = p_start[a:b], p_len[a:b]
+            job.piece_starts, job.piece_lens = p_start[a:b], p_len[a:b]
             job.ext_full = ext_off[i + 1] - ext_off[i]
             if job.full > job.ext_full:   # cannot happen for a plan; guards hand-built ones
                 raise ConfigError(f"sessions plan: row {i} has fewer extended blocks than prompt blocks")
@@ -450,7 +451,7 @@ class Simulator:
         the think time."""
         n = job.ext_full
         if n > job.pinned:
-            rep.cache.complete_blocks(job.ps, job.pl, job.pinned, n)
+            rep.cache.complete_blocks(job.piece_starts, job.piece_lens, job.pinned, n)
             job.private -= n - job.pinned
             job.pinned = n
         Simulator._finish(self, rep, job)
@@ -585,7 +586,7 @@ class Simulator:
         if src_ok and dst_ok:
             return False
         if src_ok:
-            src.cache.unpin(tr.ps, tr.pl, tr.src_pinned)
+            src.cache.unpin(tr.piece_starts, tr.piece_lens, tr.src_pinned)
             if not src.busy and src.waiting:
                 self._plan(src)
         tr.landed_blocks = 0
@@ -695,7 +696,7 @@ class Simulator:
             rep.prefilling.remove(job)
             generated = 0
             kv_tokens = job.done_tokens
-        rep.cache.release(job.ps, job.pl, job.pinned, job.private)
+        rep.cache.release(job.piece_starts, job.piece_lens, job.pinned, job.private)
         job.pinned = job.private = 0
         job.done_tokens = 0
         if job not in self._first_admit:
@@ -784,7 +785,7 @@ class Simulator:
         limit = (req.input_length - 1) // bt
         if limit > job.full:
             limit = job.full
-        n_h, n_d, n_k = cache.match(job.ps, job.pl, limit) if limit > 0 else (0, 0, 0)
+        n_h, n_d, n_k = cache.match(job.piece_starts, job.piece_lens, limit) if limit > 0 else (0, 0, 0)
         cost = self.cost
         load = 0.0
         if n_d or n_k:
@@ -802,7 +803,7 @@ class Simulator:
         total_blocks = -(-(req.input_length + (0 if self.paged else req.output_length)) // bt)
         private = total_blocks - m
         # slots needed: loaded blocks + new prompt blocks + private tail; LRU hits move to pinned
-        lru_hits = cache.lru_hits(job.ps, job.pl, n_h) if n_h else 0
+        lru_hits = cache.lru_hits(job.piece_starts, job.piece_lens, n_h) if n_h else 0
         need = n_d + n_k + private + lru_hits
         if need > cache.capacity_blocks - cache.used_slots:
             if cache.used_slots == 0 and not rep.running:
@@ -811,7 +812,7 @@ class Simulator:
                     f"({req.input_length} + {req.output_length} tokens) but replica HBM holds "
                     f"{cache.capacity_blocks}; use a larger node or a smaller request")
             return False
-        cache.pin_prefix(job.ps, job.pl, n_h, n_d + n_k)
+        cache.pin_prefix(job.piece_starts, job.piece_lens, n_h, n_d + n_k)
         cache.reserve_private(private)
         job.pinned = m
         job.private = private
@@ -842,7 +843,7 @@ class Simulator:
                 limit = job.full
             if limit <= 0:
                 return i
-            matched = sum(rep.cache.match(job.ps, job.pl, limit))
+            matched = sum(rep.cache.match(job.piece_starts, job.piece_lens, limit))
             if not self._held(rep, job, limit, matched):
                 return i
         return None
@@ -871,11 +872,11 @@ class Simulator:
         return False
 
     def _mark_served(self, rep, job, m):
-        ps, pl = job.ps, job.pl
+        starts, lens = job.piece_starts, job.piece_lens
         for length in rep.copy_lengths:
             if length <= m:
-                k, o = locate(pl, length - 1)
-                recs = rep.copy_marks.get(ps[k] + o)
+                k, o = piece_at(lens, length - 1)
+                recs = rep.copy_marks.get(starts[k] + o)
                 if recs:
                     for tr in recs:
                         tr.served += 1
@@ -886,7 +887,7 @@ class Simulator:
         if new_pinned > job.full:
             new_pinned = job.full
         if new_pinned > job.pinned:
-            rep.cache.complete_blocks(job.ps, job.pl, job.pinned, new_pinned)
+            rep.cache.complete_blocks(job.piece_starts, job.piece_lens, job.pinned, new_pinned)
             job.private -= new_pinned - job.pinned
             job.pinned = new_pinned
             if self._on_blocks is not None:
@@ -896,7 +897,7 @@ class Simulator:
         if self.paged:
             self._restore_paged(job)
         job.finish_s = self.now
-        rep.cache.release(job.ps, job.pl, job.pinned, job.private)
+        rep.cache.release(job.piece_starts, job.piece_lens, job.pinned, job.private)
         job.pinned = job.private = 0
         self.router.on_request_finished(job.req, rep.idx)
         job.req.drop_hash_ids()
@@ -987,11 +988,11 @@ class Simulator:
         if tr.epochs is not None and self._transfer_lost(tr):
             return
         src = self.replicas[tr.src]
-        src.cache.unpin(tr.ps, tr.pl, tr.src_pinned)
+        src.cache.unpin(tr.piece_starts, tr.piece_lens, tr.src_pinned)
         if not src.busy and src.waiting:
             self._plan(src)
         dst = self.replicas[tr.dst]
-        landed = dst.cache.land(tr.ps, tr.pl, len(tr.hash_ids))
+        landed = dst.cache.land(tr.piece_starts, tr.piece_lens, len(tr.hash_ids))
         tr.landed_blocks = landed
         if landed:
             key = tr.hash_ids[landed - 1]

@@ -39,7 +39,7 @@ Paths are passed as ``(starts, lens)``: the run start ids and lengths of the pat
 
 from __future__ import annotations
 
-from .blocks import locate, path_spans
+from .blocks import path_spans, piece_at
 
 
 class _Span:
@@ -181,15 +181,6 @@ class SpanList:
                 return True
         return False
 
-    def blocks(self) -> list[tuple[int, int]]:
-        """Every block as ``(run, offset)``, least recent first (for tests and debugging)."""
-        out = []
-        sp = self.head.next
-        while sp is not self.head:
-            out.extend((sp.run, o) for o in range(sp.hi - 1, sp.lo - 1, -1))
-            sp = sp.next
-        return out
-
 
 class DiskTier:
     """An LRU block store on NVMe; one per replica, or one shared by all replicas of a cluster.
@@ -200,14 +191,13 @@ class DiskTier:
         Blocks the tier holds (``>= 0``).
     """
 
-    __slots__ = ("capacity_blocks", "blocks", "peak_blocks")
+    __slots__ = ("capacity_blocks", "blocks")
 
     def __init__(self, capacity_blocks: int) -> None:
         if capacity_blocks < 0:
             raise ValueError(f"capacity_blocks must be >= 0, got {capacity_blocks}")
         self.capacity_blocks = int(capacity_blocks)
         self.blocks = SpanList()
-        self.peak_blocks = 0
 
     def put_spans(self, spans) -> None:
         """Put blocks (spans in order) as most recent; a block already held moves to the end.
@@ -225,8 +215,6 @@ class DiskTier:
             blocks.append_desc(run, lo, hi)
         if blocks.size > cap:
             blocks.pop_front(blocks.size - cap)
-        if blocks.size > self.peak_blocks:
-            self.peak_blocks = blocks.size
 
 
 class KVCache:
@@ -243,8 +231,7 @@ class KVCache:
     """
 
     __slots__ = ("capacity_blocks", "dram_capacity_blocks", "pin_len", "holders", "hbm_len", "lru",
-                 "dram", "disk", "used_slots", "peak_hbm_blocks", "peak_dram_blocks",
-                 "evicted_blocks")
+                 "dram", "disk", "used_slots", "peak_hbm_blocks", "peak_dram_blocks")
 
     def __init__(self, capacity_blocks: int, dram_capacity_blocks: int = 0,
                  disk: DiskTier | None = None) -> None:
@@ -263,7 +250,50 @@ class KVCache:
         self.used_slots = 0
         self.peak_hbm_blocks = 0
         self.peak_dram_blocks = 0
-        self.evicted_blocks = 0
+
+    # ------------------------------------------------------------------ invariants
+    def check_invariants(self, idle: bool = False) -> None:
+        """Check the accounting of the module docstring; raise ``AssertionError`` naming the
+        first violation.
+
+        Always: every tier within its capacity (``used_slots + lru.size <= capacity_blocks``,
+        DRAM and disk within theirs); per run, the pinned part is the longest holder's part and
+        lies within its HBM part; the LRU holds exactly the HBM blocks nobody pins; pinned blocks
+        never exceed ``used_slots`` (the rest are private slots). With ``idle=True`` (no request
+        running and no copy in flight, e.g. after a run): no pins, holders or private slots left
+        (no leaked pins).
+        """
+        def fail(what):
+            raise AssertionError(f"KVCache invariant: {what}")
+
+        if self.used_slots < 0 or self.used_slots + self.lru.size > self.capacity_blocks:
+            fail(f"used_slots {self.used_slots} + LRU {self.lru.size} blocks exceed HBM capacity "
+                 f"{self.capacity_blocks}")
+        if self.dram_capacity_blocks and self.dram.size > self.dram_capacity_blocks:
+            fail(f"DRAM holds {self.dram.size} blocks, capacity {self.dram_capacity_blocks}")
+        if not self.dram_capacity_blocks and self.dram.size:
+            fail(f"DRAM tier disabled but holds {self.dram.size} blocks")
+        if self.disk is not None and self.disk.blocks.size > self.disk.capacity_blocks:
+            fail(f"disk holds {self.disk.blocks.size} blocks, capacity {self.disk.capacity_blocks}")
+        pinned = 0
+        for run, p in self.pin_len.items():
+            cnt = self.holders.get(run)
+            if p <= 0 or not cnt or max(cnt) != p or min(cnt.values()) < 1:
+                fail(f"run {run}: pinned {p} blocks but holders {cnt}")
+            if p > self.hbm_len.get(run, 0):
+                fail(f"run {run}: pinned {p} blocks, only {self.hbm_len.get(run, 0)} in HBM")
+            pinned += p
+        for run in self.holders:
+            if run not in self.pin_len:
+                fail(f"run {run}: holders {self.holders[run]} but nothing pinned")
+        unpinned = sum(h - self.pin_len.get(run, 0) for run, h in self.hbm_len.items())
+        if unpinned != self.lru.size:
+            fail(f"{unpinned} HBM blocks are unpinned but the LRU holds {self.lru.size}")
+        if pinned > self.used_slots:
+            fail(f"{pinned} pinned blocks exceed used_slots {self.used_slots}")
+        if idle and (self.used_slots or self.pin_len or self.holders):
+            fail(f"idle cache still holds {self.used_slots} slots ({pinned} pinned blocks in "
+                 f"{len(self.pin_len)} runs): leaked pins or private slots")
 
     def clear(self, drop_disk: bool) -> None:
         """The replica failed: every block is gone (HBM, DRAM, and its disk tier if
@@ -341,7 +371,7 @@ class KVCache:
         n_h = self.hbm_prefix(starts, lens, limit)
         if n_h >= limit or (not self.dram.size and (self.disk is None or not self.disk.blocks.size)):
             return n_h, 0, 0
-        k, o = locate(lens, n_h)
+        k, o = piece_at(lens, n_h)
         n_d, n_k = self._lower(starts, lens, k, o, limit - n_h, True, True)
         return n_h, n_d, n_k
 
@@ -353,7 +383,7 @@ class KVCache:
         use_dram, use_disk = "dram" in tiers, "disk" in tiers
         if not (use_dram or use_disk):
             return h
-        k, o = locate(lens, h)
+        k, o = piece_at(lens, h)
         n_d, n_k = self._lower(starts, lens, k, o, n - h, use_dram, use_disk)
         return h + n_d + n_k
 
@@ -380,7 +410,6 @@ class KVCache:
     # ------------------------------------------------------------------ HBM slot management
     def _spill(self, spans, count: int) -> None:
         """Evicted HBM blocks (spans in eviction order) go to DRAM, else disk, else nowhere."""
-        self.evicted_blocks += count
         if self.dram_capacity_blocks > 0:
             dram = self.dram
             for run, lo, hi in spans:
@@ -546,7 +575,7 @@ class KVCache:
         """Undo a holder's pin of the path's first ``n`` blocks (deepest first into the LRU)."""
         if n <= 0:
             return
-        k, o = locate(lens, n - 1)             # piece k holds the path's block n - 1
+        k, o = piece_at(lens, n - 1)             # piece k holds the path's block n - 1
         self._unhold(starts[k], o + 1)
         for k in range(k - 1, -1, -1):
             self._unhold(starts[k], lens[k])

@@ -14,7 +14,7 @@ metrics periodically. Two knobs model that (``DESIGN.md`` section 8, "Lag"):
   time and replayed into the mirror once ``now - L`` has passed it, so at time ``t`` the mirror
   holds exactly the real cache's state at ``t - L`` (evictions and tier moves included), and a
   block completed at ``t0`` is never visible before ``t0 + L``.
-- ``load_lag_s = L``: the load figures (``queue_length``, ``running``, ``kv_usage``,
+- ``load_lag_s = L``: the load figures (``queue_length``, ``kv_usage``,
   ``active_blocks``, ``queued_prompt_tokens``) are a snapshot of every replica refreshed every ``L``
   seconds (at ``L, 2L, ...``, after all events at that instant; the first snapshot is the idle
   cluster at time 0), as a poller would see them.
@@ -162,24 +162,21 @@ class LaggedView(ClusterView):
         """Take the load figures of every replica now (called every ``load_lag_s`` seconds)."""
         live = ClusterView
         r = range(self.num_replicas)
-        self._snap = ([live.queue_length(self, i) for i in r], [live.running(self, i) for i in r],
-                      [live.kv_usage(self, i) for i in r], [live.active_blocks(self, i) for i in r],
+        self._snap = ([live.queue_length(self, i) for i in r], [live.kv_usage(self, i) for i in r],
+                      [live.active_blocks(self, i) for i in r],
                       [live.queued_prompt_tokens(self, i) for i in r])
 
     def queue_length(self, replica: int) -> int:
         return self._snap[0][replica] if self._snap else super().queue_length(replica)
 
-    def running(self, replica: int) -> int:
-        return self._snap[1][replica] if self._snap else super().running(replica)
-
     def kv_usage(self, replica: int) -> float:
-        return self._snap[2][replica] if self._snap else super().kv_usage(replica)
+        return self._snap[1][replica] if self._snap else super().kv_usage(replica)
 
     def active_blocks(self, replica: int) -> int:
-        return self._snap[3][replica] if self._snap else super().active_blocks(replica)
+        return self._snap[2][replica] if self._snap else super().active_blocks(replica)
 
     def queued_prompt_tokens(self, replica: int) -> int:
-        return self._snap[4][replica] if self._snap else super().queued_prompt_tokens(replica)
+        return self._snap[3][replica] if self._snap else super().queued_prompt_tokens(replica)
 
     # live, inherited from ClusterView: the clock, NIC backlogs, free HBM, copies, pins, holds and
     # dispatches

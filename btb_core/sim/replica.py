@@ -29,14 +29,14 @@ from math import ceil
 class Job:
     """Mutable per-request state during a run (the immutable part is the Request)."""
 
-    __slots__ = ("req", "ps", "pl", "full", "replica", "admit_s", "first_token_s",
+    __slots__ = ("req", "piece_starts", "piece_lens", "full", "replica", "admit_s", "first_token_s",
                  "finish_s", "done_tokens", "reused_tokens", "hit_hbm", "hit_dram", "hit_disk",
                  "load_s", "pinned", "private", "join_ctx", "join_step", "reuse_tier", "ext_full", "admit_seq", "retries")
 
     def __init__(self, req, piece_starts, piece_lens, full):
         self.req = req
-        self.ps = piece_starts        # the prompt's ids as pieces of runs (btb_core.sim.blocks)
-        self.pl = piece_lens
+        self.piece_starts = piece_starts  # the prompt's ids as pieces of runs: run start ids
+        self.piece_lens = piece_lens      # and lengths (btb_core.sim.blocks)
         self.full = full
         self.replica = -1
         self.admit_s = -1.0

@@ -83,10 +83,6 @@ class ClusterView:
         """Requests routed to ``replica`` and waiting to be admitted (not yet prefilling), >= 0."""
         return len(self._replicas[replica].waiting)
 
-    def running(self, replica: int) -> int:
-        """Requests admitted on ``replica`` and not finished (prefilling or decoding), >= 0."""
-        return self._replicas[replica].running
-
     def queued_prompt_tokens(self, replica: int) -> int:
         """Prompt tokens (sum of ``input_length``) of the requests waiting on ``replica``, >= 0
         (SGLang's ``get_load`` adds them to the KV tokens in use)."""
@@ -274,7 +270,7 @@ class ClusterView:
         index = self._sim.blocks
         n = 0
         for b in hash_ids:
-            where = index.locate(b)
+            where = index.run_of(b)
             if where is None:
                 break
             t = cache.block_tiers(*where)

@@ -1,4 +1,5 @@
-"""Builders of benchmark traces shaped like the Bursted test split (no dataset generator needed).
+"""Traces shaped like the Bursted test split, built without the dataset generator (benchmarks and
+the simulator's golden tests).
 
 ``bursted_shaped_trace()`` gives 76,800 rows in 256-token blocks, like the reference Bursted-ART
 test split (DESIGN.md section 2): 15 normal windows of 1,000 consecutive rows (here cut from the
@@ -22,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from btb_core.paths import DATA_DIR
-from btb_core.trace import Trace, load_mooncake, make_trace
+from .paths import DATA_DIR
+from .trace import Trace, load_mooncake, make_trace
 
 BLOCK = 256
 PREFIX_TOKENS = 65_536
@@ -216,3 +217,6 @@ def bursted_shaped_trace(seed: int = 0, windows: int = 30) -> Trace:
                           "output_length": np.concatenate(out).astype(np.int64),
                           "hash_ids": views})
     return Trace(table, BLOCK, "bursted_shaped", True, flat, offsets, None)
+
+
+__all__ = ["bursted_shaped_trace", "bursted_shaped_trace_via_make_trace"]
