@@ -6,7 +6,10 @@ STAMP := $(VENV)/.installed
 LAB_STAMP := $(VENV)/.installed-lab
 BROWSER_STAMP := $(VENV)/.installed-browser
 
-.PHONY: install reproduce test test-py test-notebooks test-browser lab bench clean
+ENGINE_VENV := .venv-engine
+ENGINE_STAMP := $(ENGINE_VENV)/.installed
+
+.PHONY: install reproduce test test-py test-notebooks test-browser lab bench clean engine test-engine
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,17 +20,32 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+## The real-engine environment (vLLM CPU build, its own venv): the `engine` group of pyproject.toml.
+$(ENGINE_STAMP): pyproject.toml
+	@test -x $(ENGINE_VENV)/bin/python || $(PYTHON) -m venv $(ENGINE_VENV)
+	$(ENGINE_VENV)/bin/python -m pip install -q --upgrade pip
+	$(ENGINE_VENV)/bin/python -m pip install -q $$($(ENGINE_VENV)/bin/python -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['engine']))")
+	-$(ENGINE_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(ENGINE_VENV)/bin/python -c "import vllm, transformers, tokenizers"
+	@touch $(ENGINE_STAMP)
+
+engine: $(ENGINE_STAMP)
+
 ## Run every notebook in notebooks/ in order at full size; executed copies go to build/notebooks/,
 ## figures (PNG + SVG) to figures/.
 reproduce: install
 	$(BIN)/python -m btb_core.notebooks --params notebooks/params/full.yaml --out build/notebooks
 
-## Unit, functional and property tests, every notebook at its quick defaults under nbval, then
-## notebooks 04 and 05 in JupyterLab in a real (headless) browser.
-test: install test-py test-notebooks test-browser
+## Unit, functional and property tests (with the real-engine smoke test), every notebook at its
+## quick defaults under nbval, then notebooks 04 and 05 in JupyterLab in a real (headless) browser.
+test: install engine test-py test-notebooks test-browser
 
 test-py: install
-	$(BIN)/python -m pytest tests
+	BTB_ENGINE_REQUIRED=$$(test -f $(ENGINE_STAMP) && echo 1 || echo 0) $(BIN)/python -m pytest tests
+
+## Only the real-engine smoke test (one vLLM CPU server, a few requests).
+test-engine: install engine
+	BTB_ENGINE_REQUIRED=1 $(BIN)/python -m pytest tests/test_engine_smoke.py
 
 test-notebooks: install
 	BTB_FIGURES_DIR=build/figures-quick BTB_CHART_RENDERER=png BTB_PROGRESS=0 $(BIN)/python -m pytest --nbval-lax -p no:cacheprovider notebooks/

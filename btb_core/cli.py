@@ -15,7 +15,7 @@ import sys
 
 from .errors import BTBError
 
-COMMANDS = ("cost", "audit", "synth", "replay", "sweep", "suite", "gateway-check")
+COMMANDS = ("cost", "audit", "synth", "replay", "sweep", "suite", "gateway-check", "validate_engine")
 
 
 #: One example per subcommand for ``btb --help`` (run from the repository root).

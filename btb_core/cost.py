@@ -98,6 +98,17 @@ class CostModel:
     setup_latency_s : Mapping[str, float]
         Fixed seconds per transfer by tier; keys a subset of :data:`TIERS` (missing tiers take
         :data:`DEFAULT_SETUP_LATENCY_S`), values >= 0.
+    attention_mfu : float or None, default None
+        Utilisation of the attention term, in (0, 1], when it differs from ``mfu`` (None: same as
+        ``mfu``). Attention kernels and GEMMs rarely reach the same fraction of peak; on a CPU the
+        gap is large (fitted by :func:`btb_core.engine.calibrate.fit_cost`). With it set,
+        :meth:`prefill_flops` counts the attention term at ``mfu / attention_mfu`` times its FLOPs
+        (equivalent FLOPs at ``mfu``), so that every time is still ``flops / (peak x mfu)``.
+    step_overhead_s : float, default 0.0
+        Fixed seconds per engine step (scheduling, kernel launches, sampling), >= 0. The
+        simulator adds it once to every ``chunked`` iteration, ``prefill_first`` prefill and decode
+        step; :meth:`prefill_s` and :meth:`decode_step_s` exclude it. 0 on the GPU presets
+        (negligible next to 70B-model steps); fitted on the CPU engine, where it dominates.
 
     Raises
     ------
@@ -119,6 +130,8 @@ class CostModel:
     attention: bool = True
     setup_latency_s: Mapping[str, float] = field(default_factory=lambda: DEFAULT_SETUP_LATENCY_S,
                                                  hash=False)
+    attention_mfu: float | None = None
+    step_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelSpec):
@@ -130,6 +143,13 @@ class CostModel:
             if (not isinstance(value, (int, float)) or isinstance(value, bool)
                     or not 0.0 < value <= 1.0):
                 raise ConfigError(f"CostModel: field {name} must be in (0, 1], got {value!r}")
+        am = self.attention_mfu
+        if am is not None and (not isinstance(am, (int, float)) or isinstance(am, bool)
+                               or not 0.0 < am <= 1.0):
+            raise ConfigError(f"CostModel: field attention_mfu must be in (0, 1] or None, got {am!r}")
+        so = self.step_overhead_s
+        if not isinstance(so, (int, float)) or isinstance(so, bool) or not 0.0 <= so < float("inf"):
+            raise ConfigError(f"CostModel: field step_overhead_s must be >= 0 seconds, got {so!r}")
         latency = dict(DEFAULT_SETUP_LATENCY_S)
         for tier, value in dict(self.setup_latency_s).items():
             if tier not in TIERS:
@@ -146,6 +166,8 @@ class CostModel:
         setattr_(self, "_kv", kv)
         setattr_(self, "_lin_flops_per_token", 2.0 * m.matmul_params_active)
         attn = 4.0 * m.num_layers * m.num_q_heads * m.head_dim if self.attention else 0.0
+        if am is not None:
+            attn *= self.mfu / am              # equivalent FLOPs at mfu
         setattr_(self, "_attn_coeff", attn)
         setattr_(self, "_inv_flops_per_s", 1.0 / (n.peak_flops * self.mfu))
         setattr_(self, "_inv_hbm_per_s", 1.0 / (n.hbm_bytes_per_s * self.mbu))
@@ -166,7 +188,8 @@ class CostModel:
         """FLOPs to prefill ``new_tokens`` after ``cached_tokens`` already in the KV cache.
 
         ``2 x P x S + 4 x layers x q_heads x head_dim x (S x C + S^2 / 2)``; the second term only
-        if ``attention``. Returns 0 for ``new_tokens == 0``.
+        if ``attention`` (times ``mfu / attention_mfu`` when ``attention_mfu`` is set). Returns 0
+        for ``new_tokens == 0``.
         """
         s = _tokens("new_tokens", new_tokens)
         cached_tokens = _tokens("cached_tokens", cached_tokens)
@@ -285,6 +308,8 @@ class CostModel:
                                  "rdma": n.rdma_bytes_per_s, "nvme": n.nvme_bytes_per_s},
             "setup_latency_s": dict(self.setup_latency_s),
             "prefill_us_per_token_linear": 1e6 * self._lin_flops_per_token * self._inv_flops_per_s,
+            **({"attention_mfu": self.attention_mfu} if self.attention_mfu is not None else {}),
+            **({"step_overhead_s": self.step_overhead_s} if self.step_overhead_s else {}),
         }
 
 

@@ -10,6 +10,8 @@ from .schedulers import SCHEDULERS
 #: KV admission rules: ``reserve`` (KV for prompt + output reserved at admission, no preemption) and
 #: ``paged`` (blocks allocated as decode grows; recompute preemption when they run out).
 KV_ADMISSIONS = ("reserve", "paged")
+#: When a prefilled block becomes reusable by other requests (``ClusterConfig.reuse_on``).
+REUSE_ON = ("prefill_done", "scheduled")
 
 #: Default host-DRAM KV tier per replica, bytes. A DGX H100 node has 2 TB of system memory
 #: (NVIDIA DGX H100 datasheet); we give half of it to the KV cache.
@@ -191,6 +193,14 @@ class ClusterConfig:
         ``Scheduler.schedule`` pops ``self.running`` (the last admitted) when ``allocate_slots``
         fails, and ``_preempt_request`` frees its blocks, resets its computed tokens to 0 and
         prepends it to ``self.waiting``).
+    reuse_on : {"prefill_done", "scheduled"}
+        When a block a request prefills becomes reusable by other requests on the same replica.
+        ``prefill_done`` (default, DESIGN section 4): when the iteration (``chunked``) or prefill
+        (``prefill_first``) that computes it ends. ``scheduled``: as soon as the scheduler assigns
+        the chunk that computes it, as vLLM v1 does (``KVCacheManager.allocate_slots`` caches
+        the full blocks of the scheduled tokens before the step runs, so a request admitted later
+        in the same or a following step hits them; the step computes their KV before any later
+        step reads it). Routers' view (``cached_blocks``) follows the same rule.
 
     Raises
     ------
@@ -209,6 +219,7 @@ class ClusterConfig:
     disk_capacity_bytes: float = 0
     disk_shared: bool = False
     kv_admission: str = "reserve"
+    reuse_on: str = "prefill_done"
     setup_name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -228,6 +239,8 @@ class ClusterConfig:
             bad("scheduler", self.scheduler, f"must be one of {tuple(SCHEDULERS)}")
         if self.kv_admission not in KV_ADMISSIONS:
             bad("kv_admission", self.kv_admission, f"must be one of {KV_ADMISSIONS}")
+        if self.reuse_on not in REUSE_ON:
+            bad("reuse_on", self.reuse_on, f"must be one of {REUSE_ON}")
         integer("chunk_tokens", 2 ** 31 - 1)
         integer("max_running", 2 ** 31 - 1)
         if isinstance(self.kv_reserve_fraction, bool) or not (0.0 <= self.kv_reserve_fraction < 1.0):

@@ -94,26 +94,28 @@ class Replica:
 
 
 class DecodeModel:
-    """Closed-form decode-step time ``max(a + c * T, g * n)`` for batch n and context T tokens.
+    """Closed-form decode-step time ``max(a + c * T, g * n) + o`` for batch n and context T tokens.
 
     ``a`` = active weight bytes / (HBM bandwidth x MBU), ``c`` = KV bytes per token / (HBM
     bandwidth x MBU), ``g`` = 2 x active params / (peak FLOP/s x MFU): the memory-bound and
-    compute-bound limits of one decode step. Coefficients are read off the cost model and checked
+    compute-bound limits of one decode step; ``o`` = the cost model's fixed ``step_overhead_s``
+    (0 on the GPU presets). Coefficients are read off the cost model and checked
     against ``cost.decode_step_s`` in the tests.
     """
 
-    __slots__ = ("a", "c", "g")
+    __slots__ = ("a", "c", "g", "o")
 
     def __init__(self, cost):
         big = 1_000_000
         self.a = cost.decode_step_s(1, 0)
         self.c = (cost.decode_step_s(1, big) - self.a) / big
         self.g = cost.compute_s(2.0 * cost.model.params_active)
+        self.o = float(getattr(cost, "step_overhead_s", 0.0))   # fixed seconds per step
 
     def step_s(self, n, ctx):
         mem = self.a + self.c * ctx
         comp = self.g * n
-        return mem if mem >= comp else comp
+        return (mem if mem >= comp else comp) + self.o
 
     def stretch_s(self, n, ctx0, k):
         """Duration of ``k`` decode steps of batch ``n`` starting at context ``ctx0``."""
@@ -129,6 +131,8 @@ class DecodeModel:
         total = big_j * comp
         if mem_steps:
             total += mem_steps * (a + c * ctx0) + c * n * (k * (k - 1) - big_j * (big_j - 1)) / 2
+        if self.o:
+            total += k * self.o
         return total
 
     def steps_within(self, n, ctx0, k, elapsed_s):

@@ -5,8 +5,10 @@ token per decoding request, then prefill chunks of the admitted requests still p
 then of newly admitted ones. Its duration is ``max(compute, memory) + loads`` where compute =
 prefill-chunk FLOPs (with the causal attention term over the tokens already cached) + 2 x active
 params per decode token, over the node's peak x MFU; memory = (active weights + decode context KV)
-/ (HBM bandwidth x MBU); loads = tier loads of the requests admitted in this step. With no prefill
-work the replica decodes (the engine's ``"stretch"``) or is idle.
+/ (HBM bandwidth x MBU); loads = tier loads of the requests admitted in this step; plus the cost
+model's fixed ``step_overhead_s`` (0 on the GPU presets). With ``ClusterConfig.reuse_on =
+"scheduled"`` a chunk's complete blocks become reusable when it is planned (vLLM v1), else when the
+step ends. With no prefill work the replica decodes (the engine's ``"stretch"``) or is idle.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class Chunked(Scheduler):
     def plan(self, sim, rep) -> None:
         budget = self.cluster.chunk_tokens - rep.n_decode
         cost = sim.cost
+        early = self.cluster.reuse_on == "scheduled"   # vLLM: blocks cached when scheduled
         chunks = []
         flops = 0.0
         loads = 0.0
@@ -34,6 +37,8 @@ class Chunked(Scheduler):
             flops += cost.prefill_flops(c, job.done_tokens)
             chunks.append((job, c))
             budget -= c
+            if early:
+                sim.complete(rep, job, job.done_tokens + c)
         waiting = rep.waiting
         admitted = False
         max_running = self.cluster.max_running
@@ -58,6 +63,8 @@ class Chunked(Scheduler):
             flops += cost.prefill_flops(c, job.done_tokens)
             chunks.append((job, c))
             budget -= c
+            if early:
+                sim.complete(rep, job, job.done_tokens + c)
         if admitted:
             sim.sample_queue(rep)
         if not chunks:
@@ -70,7 +77,7 @@ class Chunked(Scheduler):
         n_dec = rep.n_decode
         compute = cost.compute_s(flops) + d.g * n_dec
         memory = d.a + d.c * rep.ctx_tokens
-        duration = (compute if compute > memory else memory) + loads
+        duration = (compute if compute > memory else memory) + loads + cost.step_overhead_s
         sim.start_op(rep, "iter", duration, chunks)
 
     def op_done(self, sim, rep, kind: str, data) -> None:

@@ -33,7 +33,9 @@ class PrefillFirst(Scheduler):
                 req = job.req
                 compute = sim.cost.prefill_s(req.input_length - job.done_tokens, job.done_tokens)
                 rep.in_op += 1
-                sim.start_op(rep, "prefill", job.load_s + compute, job)
+                if self.cluster.reuse_on == "scheduled":
+                    sim.complete(rep, job, req.input_length)
+                sim.start_op(rep, "prefill", job.load_s + compute + sim.cost.step_overhead_s, job)
                 return
         if rep.n_decode:
             sim.start_stretch(rep)

