@@ -42,8 +42,8 @@ NOMINAL_PEAK_FLOPS = 1e12
 #: ``mbu`` fitted from the measured time per output token).
 NOMINAL_MEMORY_BYTES_PER_S = 20e9
 
-#: Default cold prompt lengths (tokens): 1 to 3 engine steps of 2,048 tokens.
-COLD_LENGTHS = (128, 512, 1024, 2048, 3072, 4096, 6144)
+#: Default cold prompt lengths (tokens): 1 or 2 engine steps of 2,048 tokens.
+COLD_LENGTHS = (128, 512, 1024, 2048, 3072, 4096)
 #: Default (cached context, new tokens) pairs.
 CACHED_POINTS = ((1024, 256), (2048, 256), (4096, 256), (2048, 1024), (4096, 1024), (4096, 2048))
 

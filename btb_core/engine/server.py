@@ -3,9 +3,10 @@
 :class:`EngineCluster` is a context manager: it builds the tiny model once (cached under
 ``build/engine/``), starts ``num_replicas`` servers on free loopback ports, each under
 ``taskset -c CORE`` in its own process group, waits until they answer ``/health``, and on exit -
-normal, exception or Ctrl-C - terminates every process group it started (SIGTERM, then SIGKILL
-after a grace period). An ``atexit`` hook does the same if the interpreter exits without leaving
-the ``with`` block.
+normal, exception, Ctrl-C or SIGTERM - terminates every process group it started (SIGTERM, then
+SIGKILL after a grace period). An ``atexit`` hook does the same if the interpreter exits without
+leaving the ``with`` block, and each server is started with ``PR_SET_PDEATHSIG`` so that Linux kills
+it if the process that started it is killed outright.
 
 The engine runs in its own Python environment (``make engine`` creates ``.venv-engine`` with the
 ``engine`` dependency group); ``BTB_ENGINE_PYTHON`` points elsewhere. Servers run
@@ -31,6 +32,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -161,6 +163,16 @@ def _kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
         proc.wait(5)
 
 
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Ask Linux to SIGKILL the server if the process that started it dies (PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:
+        pass
+
+
 def _stop_all() -> None:
     for proc in list(_LIVE):
         _kill_group(proc, 5.0)
@@ -211,7 +223,8 @@ class EngineServer:
         log = open(self.log_path, "wb")
         try:
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                         preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         finally:
             log.close()
         _LIVE.add(self.proc)
@@ -314,6 +327,11 @@ class EngineCluster:
     def __enter__(self) -> "EngineCluster":
         require_engine()
         model_dir = build_tiny_model(self.model_dir)
+        self._old_term = None
+        if threading.current_thread() is threading.main_thread():
+            def on_term(signum, frame):
+                raise SystemExit(128 + signum)   # unwinds through __exit__, which stops the servers
+            self._old_term = signal.signal(signal.SIGTERM, on_term)
         try:
             for r in range(self.num_replicas):
                 srv = EngineServer(model_dir, self.cores[r], self.log_dir / f"server{r}.log")
@@ -322,12 +340,15 @@ class EngineCluster:
             for srv in self.servers:
                 srv.wait_ready(self.startup_timeout_s)
         except BaseException:
-            self.stop()
+            self.__exit__(None, None, None)
             raise
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop()
+        if getattr(self, "_old_term", None) is not None:
+            signal.signal(signal.SIGTERM, self._old_term)
+            self._old_term = None
 
     def stop(self) -> None:
         for srv in self.servers:
