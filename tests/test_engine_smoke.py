@@ -48,7 +48,7 @@ def _smoke_trace():
 
 
 def test_real_engine_smoke(tmp_path):
-    from btb_core.engine.calibrate import fit_cost, measure
+    from btb_core.engine.calibrate import QUICK_CACHED_POINTS, QUICK_COLD_LENGTHS, fit_cost, measure
     from btb_core.engine.replay import replay
     from btb_core.engine.server import EngineCluster
     from btb_core.engine.validate import compare, summarise
@@ -56,8 +56,8 @@ def test_real_engine_smoke(tmp_path):
 
     trace = _smoke_trace()
     with EngineCluster(1, log_dir=tmp_path) as cluster:
-        calib = measure(cluster.ports[0], repeats=1, cold_lengths=(256, 1024, 2048, 3072),
-                        cached_points=((1024, 256), (2048, 512)), decode_tokens=8)
+        calib = measure(cluster.ports[0], repeats=1, cold_lengths=QUICK_COLD_LENGTHS,
+                        cached_points=QUICK_CACHED_POINTS, decode_tokens=8)
         real = replay(trace, make_router("round_robin"), cluster.ports, salt=7)
     fitted = fit_cost(calib)
     df = compare(real, trace, fitted, 1)

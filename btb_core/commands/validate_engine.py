@@ -41,6 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="calibration repeats per point (default 2)")
     p.add_argument("--max-requests", type=int, default=None, metavar="N",
                    help="replay only the first N requests of the trace")
+    p.add_argument("--quick-calibration", action="store_true",
+                   help="calibrate on fewer, shorter requests (4 cold lengths, 2 cached points)")
     p.add_argument("--seed", type=int, default=0, help="router seed and text salt (default 0)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="also write calibration.csv, requests.csv and summary.json there")
@@ -57,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-requests must be >= 1, got {args.max_requests}")
     log = (lambda msg: print(f"btb validate-engine: {msg}", file=sys.stderr))
     res = validate(args.trace, replicas=tuple(args.replicas), policies=tuple(args.policy),
-                   repeats=args.repeats, seed=args.seed, max_requests=args.max_requests, log=log)
+                   repeats=args.repeats, seed=args.seed, max_requests=args.max_requests,
+                   quick_calibration=args.quick_calibration, log=log)
     from ..fileio import jsonable
 
     out = jsonable(res.as_json())

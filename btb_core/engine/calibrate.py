@@ -46,6 +46,9 @@ NOMINAL_MEMORY_BYTES_PER_S = 20e9
 COLD_LENGTHS = (128, 512, 1024, 2048, 3072, 4096)
 #: Default (cached context, new tokens) pairs.
 CACHED_POINTS = ((1024, 256), (2048, 256), (4096, 256), (2048, 1024), (4096, 1024), (4096, 2048))
+#: A shorter calibration (smoke test, notebook quick defaults): two lengths span two engine steps.
+QUICK_COLD_LENGTHS = (256, 1024, 2048, 3072)
+QUICK_CACHED_POINTS = ((1024, 256), (2048, 512))
 
 
 def chunk_steps(new_tokens: int, cached_tokens: int, chunk_tokens: int = ENGINE_CHUNK_TOKENS):

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..sim.request import Request
 from .client import complete
-from .server import SERVED_MODEL_NAME
+from .server import ENGINE_CHUNK_TOKENS, SERVED_MODEL_NAME
 from .text import PromptBuilder
 
 
@@ -29,20 +29,24 @@ class LiveView:
     completions. ``cached_blocks`` reports the complete blocks of prompts whose first token came
     back from that replica (a KV-event feed would report them a little earlier, when the engine
     schedules them); ``running`` counts requests dispatched and not finished, ``queue_length`` those
-    still waiting for their first token; ``active_blocks`` the distinct blocks of running requests
-    plus their output blocks. Copies between replicas are not supported (``start_transfer``
+    still waiting for their first token (``queued_prompt_tokens`` their prompt tokens);
+    ``active_blocks`` the distinct blocks of running requests plus their output blocks;
+    ``cached_block_count`` the blocks ``cached_blocks`` knows on that replica. Copies between replicas are not supported (``start_transfer``
     raises NotImplementedError), so the ``btb`` policies do not run on the real engine.
     """
 
-    def __init__(self, num_replicas: int, block_tokens: int, kv_capacity_blocks: int, seed: int = 0):
+    def __init__(self, num_replicas: int, block_tokens: int, kv_capacity_blocks: int, seed: int = 0,
+                 chunk_tokens: int = ENGINE_CHUNK_TOKENS):
         self.num_replicas = num_replicas
         self.block_tokens = block_tokens
+        self.chunk_tokens = chunk_tokens
         self.rng = np.random.default_rng(seed)
         self.capacity_blocks = kv_capacity_blocks
         self.t0 = time.perf_counter()
         self._cached = [set() for _ in range(num_replicas)]
         self._inflight: list[dict] = [{} for _ in range(num_replicas)]
         self._waiting = [0] * num_replicas
+        self._started = [set() for _ in range(num_replicas)]
 
     @property
     def now_s(self) -> float:
@@ -50,6 +54,17 @@ class LiveView:
 
     def queue_length(self, replica: int) -> int:
         return self._waiting[replica]
+
+    def queued_prompt_tokens(self, replica: int) -> int:
+        return sum(r.input_length for r in self._inflight[replica].values()
+                   if r.index not in self._started[replica])
+
+    def cached_block_count(self, replica: int) -> int:
+        return len(self._cached[replica])
+
+    def dispatch(self, request, replica: int) -> None:
+        raise NotImplementedError("router-side queues (kv_aware router_queue_threshold) are not "
+                                  "supported on the real engine")
 
     def running(self, replica: int) -> int:
         return len(self._inflight[replica])
@@ -89,11 +104,13 @@ class LiveView:
 
     def first_token(self, req: Request, replica: int) -> None:
         self._waiting[replica] -= 1
+        self._started[replica].add(req.index)
         full = req.input_length // self.block_tokens
         self._cached[replica].update(req.hash_ids[:full])
 
     def finished(self, req: Request, replica: int) -> None:
         self._inflight[replica].pop(req.index, None)
+        self._started[replica].discard(req.index)
 
 
 def replay(trace, router, ports, *, salt: int = 0, seed: int = 0, kv_capacity_blocks: int = 65536,
@@ -176,7 +193,12 @@ def replay(trace, router, ports, *, salt: int = 0, seed: int = 0, kv_capacity_bl
         if errors:
             break
         with lock:
-            r = int(router.route(req))
+            r = router.route(req)
+            if r is None:
+                raise NotImplementedError(f"router {type(router).__name__} held request "
+                                          f"{req.request_id!r} back; router-side queues are not "
+                                          "supported on the real engine")
+            r = int(r)
             view.dispatched(req, r)
         sent = time.perf_counter() - start
         t = threading.Thread(target=run_one, args=(req, r, sent), daemon=True)

@@ -203,7 +203,7 @@ def head(trace, n: int):
 
 
 def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: int = 2,
-             seed: int = 0, max_requests: int | None = None,
+             seed: int = 0, max_requests: int | None = None, quick_calibration: bool = False,
              calibration: pd.DataFrame | None = None, log=print) -> ValidationResult:
     """Run the validation (module docstring) and return per-request and summary tables.
 
@@ -221,6 +221,9 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
         Calibration repeats per point.
     max_requests : int, optional
         Replay only the first ``max_requests`` requests of the trace.
+    quick_calibration : bool
+        Calibrate on :data:`.calibrate.QUICK_COLD_LENGTHS` / ``QUICK_CACHED_POINTS`` (fewer,
+        shorter requests) instead of the defaults.
     calibration : DataFrame, optional
         Reuse an earlier calibration instead of measuring.
     log : callable
@@ -254,7 +257,9 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
         say(f"servers ready on ports {cluster.ports} after {time.perf_counter() - t_start:.0f} s")
         if calibration is None:
             say("calibrating TTFT vs prompt length and cached context on server 0 ...")
-            calibration = cal.measure(cluster.ports[0], repeats=repeats)
+            points = ({"cold_lengths": cal.QUICK_COLD_LENGTHS, "cached_points": cal.QUICK_CACHED_POINTS}
+                      if quick_calibration else {})
+            calibration = cal.measure(cluster.ports[0], repeats=repeats, **points)
         fitted = cal.fit_cost(calibration)
         say("fit: " + ", ".join(f"{k}={v:.4g}" for k, v in fitted.as_dict().items()))
         for n in replicas:
