@@ -195,3 +195,23 @@ def test_cli_validate_engine_bad_options_one_line(argv, match, capsys):
     assert main(["validate-engine", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and match in err[0]
+
+
+def test_fit_with_decode_row_pins_the_step_overhead():
+    from btb_core.engine.calibrate import _decode_memory_s, design_row, fit_cost
+
+    truth = np.array([0.05, 0.03, 4e-4, 2e-7])
+    rows = [{"kind": "cold", "new_tokens": n, "cached_tokens": 0, "input_length": n}
+            for n in (256, 1024, 2048, 3072)]
+    rows += [{"kind": "cached", "new_tokens": s, "cached_tokens": c, "input_length": c + s}
+             for c, s in ((1024, 256), (2048, 512))]
+    df = pd.DataFrame(rows)
+    df["ttft_s"] = [float(np.dot(design_row(r.new_tokens, r.cached_tokens), truth)) for r in df.itertuples()]
+    df["tpot_s"] = np.nan
+    dec = pd.DataFrame([{"kind": "decode", "new_tokens": 512, "cached_tokens": 0, "input_length": 512,
+                         "ttft_s": 0.3, "tpot_s": 0.03 + _decode_memory_s()}])
+    fit = fit_cost(pd.concat([df, dec], ignore_index=True))
+    assert fit.step_overhead_s == pytest.approx(0.03, rel=1e-9)
+    got = [fit.frontend_s, fit.linear_s_per_token, fit.attention_s_per_pair]
+    assert got == pytest.approx([0.05, 4e-4, 2e-7], rel=1e-6)
+    assert fit.cost.mbu == pytest.approx(1.0)

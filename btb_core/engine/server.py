@@ -135,7 +135,8 @@ def tiny_model_spec():
     total = layers * per_layer + emb + (2 * layers + 1) * h  # + RMSNorm weights
     return ModelSpec(name="tiny-llama-4L-512", num_layers=layers, hidden_size=h, num_q_heads=8,
                      num_kv_heads=8, head_dim=64, ffn_size=f, vocab_size=v, params_total=total,
-                     params_active=total, dtype_bytes=2, embedding_params=emb,
+                     params_active=total, dtype_bytes=4 if ENGINE_DTYPE == "float32" else 2,
+                     embedding_params=emb,
                      source="btb_core/engine/_remote.py TINY_MODEL (random weights)")
 
 

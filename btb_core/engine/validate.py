@@ -193,6 +193,44 @@ def _clean(v):
     return v
 
 
+REAL_COLUMNS = ("request_id", "replica", "arrival_s", "sent_s", "input_length", "output_length",
+                "ttft_s", "e2e_s", "cached_tokens", "prompt_tokens")
+
+
+def score_run(real: pd.DataFrame, trace, fitted: cal.FittedEngine, num_replicas: int, policy: str,
+              seed: int = 0) -> tuple[pd.DataFrame, dict]:
+    """Per-request comparison and summary of one real run (see the module docstring)."""
+    df = compare(real[list(REAL_COLUMNS)], trace, fitted, num_replicas)
+    df.insert(0, "policy", policy)
+    df.insert(1, "num_replicas", num_replicas)
+    summary = summarise(df)
+    sim_pol = simulate(engine_blocks(trace, real["sent_s"].to_numpy()), make_router(policy),
+                       engine_cluster_config(fitted, num_replicas), seed=seed).requests
+    summary["sim_policy_ttft_mean_s"] = float(sim_pol["ttft_s"].mean() + fitted.frontend_s)
+    summary["sim_policy_same_replica_fraction"] = float(
+        (sim_pol["replica"].to_numpy() == real["replica"].to_numpy()).mean())
+    return df, summary
+
+
+def rescore(result: "ValidationResult", trace=None, seed: int = 0) -> "ValidationResult":
+    """Refit the cost model to ``result.calibration`` and redo every comparison from the real
+    columns of ``result.requests`` (no engine needed; the simulator is deterministic).
+    ``trace`` defaults to the first ``len`` requests of :data:`DEFAULT_TRACE`."""
+    fitted = cal.fit_cost(result.calibration)
+    rows, frames = [], []
+    for (n, policy), real in result.requests.groupby(["num_replicas", "policy"], sort=False):
+        real = real.reset_index(drop=True)
+        tr = trace if trace is not None else head(load_validation_trace(), len(real))
+        df, summary = score_run(real, tr, fitted, int(n), policy, seed)
+        old = result.summary[(result.summary["num_replicas"] == n) & (result.summary["policy"] == policy)]
+        if "replay_wall_s" in old and len(old):
+            summary["replay_wall_s"] = float(old["replay_wall_s"].iloc[0])
+        frames.append(df)
+        rows.append({"num_replicas": int(n), "policy": policy, **summary})
+    return ValidationResult(result.calibration, fitted, pd.concat(frames, ignore_index=True),
+                            pd.DataFrame(rows), dict(result.info))
+
+
 def head(trace, n: int):
     """The first ``n`` requests of ``trace`` (same block size)."""
     t = trace.table.iloc[:int(n)]
@@ -269,16 +307,8 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
                 cluster.reset_prefix_caches()
                 t0 = time.perf_counter()
                 real = replay(trace, make_router(policy), ports, salt=salt, seed=seed)
-                df = compare(real, trace, fitted, n)
-                df.insert(0, "policy", policy)
-                df.insert(1, "num_replicas", n)
+                df, summary = score_run(real, trace, fitted, n, policy, seed)
                 frames.append(df)
-                summary = summarise(df)
-                sim_pol = simulate(engine_blocks(trace, real["sent_s"].to_numpy()), make_router(policy),
-                                   engine_cluster_config(fitted, n), seed=seed).requests
-                summary["sim_policy_ttft_mean_s"] = float(sim_pol["ttft_s"].mean() + fitted.frontend_s)
-                summary["sim_policy_same_replica_fraction"] = float(
-                    (sim_pol["replica"].to_numpy() == real["replica"].to_numpy()).mean())
                 summary["replay_wall_s"] = time.perf_counter() - t0
                 rows.append({"num_replicas": n, "policy": policy, **summary})
                 say(f"{n} server(s) {policy:12s}: cached match "
@@ -295,4 +325,4 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
 __all__ = ["DEFAULT_POLICIES", "DEFAULT_TRACE", "SHIPPED_RESULT", "FixedAssignment", "GOALS", "ValidationResult",
            "compare", "engine_blocks", "engine_cluster_config", "load_result", "load_validation_trace",
            "save_result",
-           "head", "summarise", "validate"]
+           "head", "rescore", "score_run", "summarise", "validate"]
