@@ -58,7 +58,7 @@ def scatter_chart(requests: pd.DataFrame) -> alt.FacetChart:
     lim = float(max(df["ttft_s"].max(), df["sim_ttft_s"].max())) * 1.05
     diag = pd.DataFrame({"x": [0.0, lim], "y": [0.0, lim]})
     order = policy_order(df["policy"])
-    base = alt.Chart(df).mark_circle(size=28, opacity=0.65).encode(
+    base = alt.Chart().mark_circle(size=28, opacity=0.65).encode(
         x=alt.X("ttft_s:Q", title="real TTFT (s)", scale=alt.Scale(domain=[0, lim])),
         y=alt.Y("sim_ttft_s:Q", title="simulated TTFT (s)", scale=alt.Scale(domain=[0, lim])),
         color=alt.Color("policy:N", sort=order, title="policy"),
