@@ -15,7 +15,7 @@ import sys
 
 from .errors import BTBError
 
-COMMANDS = ("cost", "audit", "synth", "replay", "sweep", "suite", "gateway-check", "validate_engine")
+COMMANDS = ("cost", "audit", "synth", "replay", "sweep", "suite", "gateway-check", "validate-engine")
 
 
 #: One example per subcommand for ``btb --help`` (run from the repository root).
@@ -27,6 +27,7 @@ EXAMPLES = {
     "sweep": "btb sweep --grid examples/sweep_grid.yaml --workers 2",
     "suite": "btb suite --policies cache_aware btb --scale 0.5 --workers 2",
     "gateway-check": "btb gateway-check --burst --replicas 4",
+    "validate-engine": "btb validate-engine --json                 # needs `make engine` (vLLM CPU)",
 }
 
 DESCRIPTION = ("Route LLM inference under bursty, same-prefix traffic: cost model, trace audits, "

@@ -52,6 +52,10 @@ class LiveView:
     def now_s(self) -> float:
         return time.perf_counter() - self.t0
 
+    @property
+    def routable_replicas(self):
+        return range(self.num_replicas)
+
     def queue_length(self, replica: int) -> int:
         return self._waiting[replica]
 
