@@ -9,7 +9,7 @@ BROWSER_STAMP := $(VENV)/.installed-browser
 ENGINE_VENV := .venv-engine
 ENGINE_STAMP := $(ENGINE_VENV)/.installed
 
-.PHONY: install reproduce test test-py test-notebooks test-browser lab bench clean engine test-engine
+.PHONY: install reproduce test test-py test-notebooks test-browser lab bench bench-fleet clean engine test-engine
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -73,9 +73,16 @@ $(LAB_STAMP): $(STAMP)
 lab: $(LAB_STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
+## Every policy's replay speed on two traces at 4/16/64 replicas (benchmarks/bench_policies.py;
+## sizes are its flags: BENCH_ARGS="--windows 30 --mooncake-rows 0"), then simulator and audit speed.
 bench: install
+	$(BIN)/python benchmarks/bench_policies.py $(BENCH_ARGS)
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_audit.py
+
+## Fleet scale: a 1,000,000-row Bursted-shaped trace on 256 replicas with btb (slow).
+bench-fleet: install
+	$(BIN)/python benchmarks/bench_policies.py --fleet $(BENCH_ARGS)
 
 clean:
 	rm -rf build .pytest_cache

@@ -306,6 +306,25 @@ def test_prefix_tree_stays_prefix_closed_and_matches_naive(prompts, budget):
         assert tree.match_blocks(0, ids) == naive
 
 
+@settings(max_examples=100, deadline=None)
+@given(ops=st.lists(st.tuples(st.integers(0, 2), st.lists(st.integers(0, 2), min_size=1, max_size=5),
+                              st.integers(0, 12)), min_size=1, max_size=15))
+def test_prefix_tree_root_holders_are_the_replicas_holding_the_first_block(ops):
+    """root_holders(first block) == the replicas whose tree holds it, through inserts and
+    evictions; every other replica matches 0 blocks (what cache_aware's one-walk match relies on)."""
+    def chain(tokens):
+        return tuple(tuple(tokens[: i + 1]) for i in range(len(tokens)))
+    tree = ApproxPrefixIndex(3)
+    for t, (replica, p, budget) in enumerate(ops):
+        tree.insert(replica, chain(p), len(p) * BT, BT, now_s=float(t))
+        tree.evict_to((replica + t) % 3, budget * BT)
+        for _, q, _ in ops:
+            ids = chain(q)
+            holders = set(tree.root_holders(ids[0]))
+            assert holders == {r for r in range(3) if ids[0] in tree._time[r]}
+            assert all(tree.match_blocks(r, ids) == 0 for r in range(3) if r not in holders)
+
+
 # -- cache_aware -----------------------------------------------------------------------------------
 def test_cache_aware_hit_miss_and_tree_insert():
     router = CacheAwareRouter()

@@ -218,14 +218,28 @@ class CacheAwareRouter(Router):
         cands = self._restricted()
         pool = range(n) if cands is None else cands
         matched = [0] * n
+        loads = self.load.loads
+        best = None
         if self.match_mode == "tree":
-            for r in pool:
+            # Only replicas holding the first block can match (trees are prefix-closed): the work
+            # per request follows how many replicas share the prompt's start, not the fleet size.
+            holders = self.tree.root_holders(ids[0]) if len(ids) else ()
+            if cands is not None and holders:
+                allowed = set(cands)
+                holders = [r for r in holders if r in allowed]
+            for r in holders:
                 matched[r] = self.tree.match_tokens(r, ids, isl, bt)
+            if holders:
+                top = min(holders, key=lambda r: (-matched[r], loads[r], r))
+                if matched[top] > 0:  # a positive match beats every non-holder's 0
+                    best = top
+            if best is None:  # nothing matched: the least loaded, ties to the lowest index
+                best = (loads.index(min(loads)) if cands is None
+                        else min(pool, key=lambda r: (loads[r], r)))
         else:
             for r in pool:
                 matched[r] = min(self.view.cached_blocks(r, ids, self.kv_event_tiers) * bt, isl)
-        loads = self.load.loads
-        best = min(pool, key=lambda r: (-matched[r], loads[r], r))
+            best = min(pool, key=lambda r: (-matched[r], loads[r], r))
         if self.tie_break == "first_holder" and self.match_mode == "tree" and matched[best] > 0:
             k = self.tree.match_blocks(best, ids)
             first = self.tree.first_holder(ids[k - 1]) if k > 0 else None

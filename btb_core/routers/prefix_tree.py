@@ -48,6 +48,10 @@ class ApproxPrefixIndex:
         self._parent: dict = {}   # node -> parent node (None at the root's children)
         self._tokens: dict = {}   # node -> tokens the block covers (last block may be partial)
         self._first: dict = {}    # node -> replica that inserted it first (the gateway's tenant)
+        # first-block node (parent None) -> set of replicas holding it: the tenant set SGLang keeps
+        # per node (Node::tenant_last_access_time in sgl-router/src/tree.rs, sgl-project/sglang @
+        # 8613c481), here kept only for depth-1 nodes
+        self._root_holders: dict = {}
 
     # -- queries -------------------------------------------------------------------------------
     def match_blocks(self, replica: int, hash_ids: Sequence) -> int:
@@ -77,6 +81,14 @@ class ApproxPrefixIndex:
         replica that inserted a prompt containing ``node``.
         """
         return self._first.get(node)
+
+    def root_holders(self, node):
+        """Replicas whose tree holds first-block ``node`` (a set; empty tuple if none).
+
+        Every other replica matches 0 blocks of a prompt starting with ``node`` (trees are
+        prefix-closed), so a match needs to look only at these. Do not modify the returned set.
+        """
+        return self._root_holders.get(node, ())
 
     def size_tokens(self, replica: int) -> int:
         """Tokens held in ``replica``'s tree (SGLang ``tenant_char_count``, in tokens)."""
@@ -120,6 +132,11 @@ class ApproxPrefixIndex:
                 self._next_rank[replica] += 1
                 if prev is not None:
                     children[prev] += 1
+                if parent_map[h] is None:
+                    holders = self._root_holders.get(h)
+                    if holders is None:
+                        self._root_holders[h] = holders = set()
+                    holders.add(replica)
             held[h] = now_s
             prev = h
         # Only the path's last node can be a leaf (every other one has the next as a child); its
@@ -163,6 +180,11 @@ class ApproxPrefixIndex:
             self._size_tokens[replica] -= tokens[h]
             removed += 1
             p = parent[h]
+            if p is None:
+                holders = self._root_holders[h]
+                holders.discard(replica)
+                if not holders:
+                    del self._root_holders[h]
             if p is not None and p in children:
                 children[p] -= 1
                 if children[p] == 0:
