@@ -1,6 +1,6 @@
 """Where ``cache_aware`` and ``btb`` spend their time at 4 vs 64 replicas (issue 14).
 
-Replays the Bursted-shaped trace of ``benchmarks/shapes.py`` (``--windows``, default 2 = 5,120 rows)
+Replays the Bursted-shaped trace of ``btb_core.bursted_shaped`` (``--windows``, default 2 = 5,120 rows)
 with each policy on 4 and 64 replicas (Llama-3.3-70B on 4x H100, ``prefill_first``) under cProfile
 and writes the top functions (by own time and by cumulative time, with call counts) to
 ``benchmarks/profiles/<policy>_<replicas>r_cprofile.txt``. If ``pyinstrument`` is importable
