@@ -133,9 +133,19 @@ def _normalise(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+_RUNS: dict = {}
+
+
+def _cached_run(name: str):
+    """:func:`run_case` once per case per test session (two tests read the same runs)."""
+    if name not in _RUNS:
+        _RUNS[name] = run_case(name)
+    return _RUNS[name]
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_matches_pinned_results_of_the_block_by_block_simulator(name):
-    got = _tables(name, run_case(name))
+    got = _tables(name, _cached_run(name))
     for kind in ("metrics", "requests", "transfers"):
         want = _read(kind)
         want = want[want["case"] == name].drop(columns="case")
@@ -153,11 +163,13 @@ def test_matches_pinned_results_of_the_block_by_block_simulator(name):
 
 
 def test_pinned_cases_cover_every_tier_and_copies():
-    m = _read("metrics").set_index("case")
-    assert (m["hit_fraction_dram"] > 0).sum() >= 4
-    assert (m["hit_fraction_disk"] > 0).sum() >= 2
-    assert (m["rdma_copies"] > 0).sum() >= 2
-    tr = _read("transfers")
+    # what the simulator does on the pinned cases (not what the CSV says): the equivalence above
+    # is only worth something if these runs reuse from DRAM and disk and land copies
+    runs = {name: _cached_run(name) for name in CASES}
+    assert sum(r.metrics["hit_fraction_dram"] > 0 for r in runs.values()) >= 4
+    assert sum(r.metrics["hit_fraction_disk"] > 0 for r in runs.values()) >= 2
+    assert sum(r.metrics["rdma_copies"] > 0 for r in runs.values()) >= 2
+    tr = pd.concat([r.transfers for r in runs.values()])
     assert (tr["landed_blocks"] > 0).all() and len(tr) >= 4
 
 
