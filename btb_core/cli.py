@@ -75,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():  # restores the caller's warning state afterwards
             warnings.showwarning = one_line
             warnings.simplefilter("always", TraceWarning)  # one line per trace, even if repeated
+            seed = getattr(args, "seed", None)
+            if seed is not None and not 0 <= seed < 2 ** 63:  # numpy's default_rng takes no negatives
+                from .errors import ConfigError
+
+                raise ConfigError(f"--seed {seed}: must be an integer in [0, 2**63)")
             return int(args.func(args) or 0)
     except BTBError as exc:
         print(f"btb {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)

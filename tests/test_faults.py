@@ -330,6 +330,24 @@ def test_outputs_inside_a_dataset_are_refused(quick, tmp_path, capsys):
     grid = grid_file(tmp_path / "g.json", ds, ds)
     refused(capsys, tmp_path, ["sweep", "--grid", grid], "Bursted dataset")
     refused(capsys, tmp_path, ["sweep", "--grid", grid, "--out", ds / "results"], "inside")
+    trace = jsonl(tmp_path / "t.jsonl", mooncake_rows(20))
+    refused(capsys, tmp_path, ["replay", "--trace", trace, "--out", ds / "requests.parquet"], "inside")
+
+
+@pytest.mark.parametrize("command", [["replay", "--trace", "TRACE"], ["suite", "--shapes", "p32k"],
+                                     ["gateway-check", "--burst"]])
+def test_negative_seed_is_one_line(command, tmp_path, capsys):
+    trace = jsonl(tmp_path / "t.jsonl", mooncake_rows(20))
+    argv = [str(trace) if a == "TRACE" else a for a in command]
+    refused(capsys, tmp_path, [*argv, "--seed", "-1"], "--seed")
+
+
+def test_gateway_with_cluster_events_is_one_line(tmp_path, capsys):
+    trace = jsonl(tmp_path / "t.jsonl", mooncake_rows(20))
+    events = tmp_path / "ev.yaml"
+    events.write_text("- {t_s: 5, action: fail, replica: 1}\n")
+    refused(capsys, tmp_path, ["replay", "--trace", trace, "--policy", "sglang_gateway",
+                               "--events", events], "sglang_gateway")
 
 
 def test_sweep_grid_change_limit_and_truncated_cells(quick, tmp_path, capsys):

@@ -111,6 +111,12 @@ def _write_parquet(df, out: Path, overwrite: bool) -> None:
     ``overwrite``."""
     if out.is_dir():
         raise ConfigError(f"--out {out} is a directory; give a file name such as {out / 'requests.parquet'}")
+    from ..manifest import enclosing_dataset
+
+    ds = enclosing_dataset(out)
+    if ds is not None:
+        raise ConfigError(f"--out {out}: is inside the Bursted dataset {ds}; a file there would break "
+                          "it (choose a path outside it)")
     if out.exists() and not overwrite:
         raise ConfigError(f"{out} exists; pass --overwrite to replace it")
     atomic_write_bytes(out, df.to_parquet(index=False))
@@ -168,6 +174,9 @@ def _check_session_args(args) -> None:
         raise ConfigError(f"--think-s {args.think_s}: must be a number >= 0 (seconds)")
     if args.events is not None and args.dataset is not None:
         raise ConfigError("--events applies to one continuous run; use it with --trace, not --dataset")
+    if args.events is not None and "sglang_gateway" in (args.policy or []):
+        raise ConfigError("--events: the real gateway (sglang_gateway) routes over a fixed set of "
+                          "workers; cluster events are not supported with it")
     if args.kv_admission != "reserve" and args.dataset is not None:
         raise ConfigError(f"--kv-admission {args.kv_admission} is for --trace mode; dataset mode "
                           "replays with reserve admission")
