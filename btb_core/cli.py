@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             if seed is not None and not 0 <= seed < 2 ** 63:  # numpy's default_rng takes no negatives
                 from .errors import ConfigError
 
-                raise ConfigError(f"--seed {seed}: must be an integer in [0, 2**63)")
+                raise ConfigError(f"--seed must be >= 0, got {seed}" if seed < 0
+                                  else f"--seed must be < 2**63, got {seed}")
             return int(args.func(args) or 0)
     except BTBError as exc:
         print(f"btb {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
