@@ -215,3 +215,46 @@ def test_fit_with_decode_row_pins_the_step_overhead():
     got = [fit.frontend_s, fit.linear_s_per_token, fit.attention_s_per_pair]
     assert got == pytest.approx([0.05, 4e-4, 2e-7], rel=1e-6)
     assert fit.cost.mbu == pytest.approx(1.0)
+
+
+def _synthetic_calibration(truth, busy, server=0):
+    from btb_core.engine.calibrate import design_row
+
+    rows = [{"kind": "cold", "new_tokens": n, "cached_tokens": 0, "input_length": n}
+            for n in (128, 512, 1024, 2048, 3072, 4096, 6144)]
+    rows += [{"kind": "cached", "new_tokens": s, "cached_tokens": c, "input_length": c + s}
+             for c, s in ((1024, 256), (2048, 1024), (4096, 2048))]
+    df = pd.DataFrame(rows)
+    df["ttft_s"] = [float(np.dot(design_row(r.new_tokens, r.cached_tokens), truth)) for r in df.itertuples()]
+    df["tpot_s"] = np.nan
+    df["busy_servers"] = busy
+    df["server"] = server
+    return df
+
+
+def test_each_server_count_gets_the_fit_of_its_own_calibration(tmp_path):
+    # a run on n servers is compared with the cost model fitted to the rows measured with n
+    # servers busy; a count without rows falls back to the largest smaller one
+    from btb_core.engine.calibrate import calibration_for, fit_by_busy
+    from btb_core.engine.validate import ValidationResult, load_result, save_result
+
+    alone = np.array([0.02, 0.015, 2e-5, 3e-9])
+    loaded = np.array([0.02, 0.015, 2.6e-5, 3.9e-9])  # both terms 30 % slower
+    calib = pd.concat([_synthetic_calibration(alone, 1), _synthetic_calibration(loaded, 2, 0),
+                       _synthetic_calibration(loaded, 2, 1)], ignore_index=True)
+    assert len(calibration_for(calib, 1)) == 10 and len(calibration_for(calib, 2)) == 20
+    assert len(calibration_for(calib, 3)) == 20
+    fits = fit_by_busy(calib)
+    assert sorted(fits) == [1, 2]
+    assert fits[1].linear_s_per_token == pytest.approx(2e-5, rel=1e-6)
+    assert fits[2].linear_s_per_token == pytest.approx(2.6e-5, rel=1e-6)
+    assert fits[2].attention_s_per_pair == pytest.approx(3.9e-9, rel=1e-6)
+    # an old calibration without the column is a one-server calibration
+    assert sorted(fit_by_busy(calib.drop(columns=["busy_servers"]).iloc[:10])) == [1]
+    res = ValidationResult(calib, fits[2], pd.DataFrame({"num_replicas": [2]}),
+                           pd.DataFrame([{"num_replicas": 2, "policy": "round_robin"}]), {}, fits)
+    assert res.fitted_for(1) is fits[1] and res.fitted_for(2) is fits[2]
+    back = load_result(save_result(res, tmp_path / "run"))
+    assert sorted(back.fits) == [1, 2]
+    assert back.fitted_for(2).linear_s_per_token == pytest.approx(2.6e-5, rel=1e-9)
+    assert back.fitted_for(1).linear_s_per_token == pytest.approx(2e-5, rel=1e-9)

@@ -173,7 +173,8 @@ class FittedEngine:
     def from_dict(cls, d: dict) -> "FittedEngine":
         """Inverse of :meth:`as_dict` (the cost model is rebuilt from the coefficients)."""
         return fitted_engine(d["frontend_s"], d["step_overhead_s"], d["linear_s_per_token"],
-                             d["attention_s_per_pair"], d.get("tpot_s", float("nan")))
+                             d["attention_s_per_pair"],
+                             float("nan") if d.get("tpot_s") is None else d["tpot_s"])
 
 
 def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -205,7 +206,7 @@ def fit_cost(calibration: pd.DataFrame, chunk_tokens: int = ENGINE_CHUNK_TOKENS)
                   for n, c in zip(rows["new_tokens"], rows["cached_tokens"])])
     y = rows["ttft_s"].to_numpy(dtype=float)
     dec = calibration[calibration["kind"] == "decode"]
-    tpot = float(dec["tpot_s"].iloc[0]) if len(dec) else float("nan")
+    tpot = float(dec["tpot_s"].median()) if len(dec) else float("nan")
     if np.isfinite(tpot) and tpot > 0:
         # The per-step overhead is pinned by the decode measurement (a one-sequence decode step of
         # this model is almost all overhead: its weight reads take ~4 ms at 20 GB/s); prompt
@@ -255,6 +256,82 @@ def fitted_engine(frontend_s: float, step_overhead_s: float, linear_s_per_token:
     return FittedEngine(frontend_s, step_overhead_s, a, b, cost, kv_bytes, float(tpot_s))
 
 
+def measure_concurrent(ports, repeats: int = 2, cold_lengths=COLD_LENGTHS,
+                       cached_points=CACHED_POINTS, decode_tokens: int = 32, salt: int = 10_000,
+                       progress=None) -> pd.DataFrame:
+    """:func:`measure` on every server of ``ports`` at the same time (one thread per server).
+
+    Two servers on one machine slow each other down while both compute (shared caches and memory
+    bandwidth; on the 2-core machine this project is tested on, a 30-request replay ran 24-28%
+    slower per server with the other server replaying the same trace at the same time than
+    alone). A run on ``n`` servers is therefore compared with a cost model fitted to a
+    calibration measured with ``n`` servers busy, the condition its bursts run in.
+
+    Returns
+    -------
+    pandas.DataFrame
+        :func:`measure`'s columns plus ``server`` (index in ``ports``) and ``busy_servers``
+        (``len(ports)``), servers' rows one after the other.
+
+    Raises
+    ------
+    RuntimeError
+        A calibration request failed on some server (the first error).
+    """
+    import threading
+
+    ports = list(ports)
+    out: list[pd.DataFrame | None] = [None] * len(ports)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            out[i] = measure(ports[i], repeats=repeats, cold_lengths=cold_lengths,
+                             cached_points=cached_points, decode_tokens=decode_tokens,
+                             salt=salt + 1_000 * i, progress=progress if i == 0 else None)
+        except BaseException as exc:  # re-raised below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(ports))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"calibration failed: {errors[0]}") from errors[0]
+    frames = []
+    for i, df in enumerate(out):
+        df = df.copy()
+        df["server"] = i
+        df["busy_servers"] = len(ports)
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)
+
+
+def busy_counts(calibration: pd.DataFrame) -> np.ndarray:
+    """``busy_servers`` per calibration row (1 where the column is absent: a one-server run)."""
+    if "busy_servers" in calibration:
+        return calibration["busy_servers"].fillna(1).astype(int).to_numpy()
+    return np.ones(len(calibration), dtype=int)
+
+
+def calibration_for(calibration: pd.DataFrame, num_servers: int) -> pd.DataFrame:
+    """The rows measured with ``num_servers`` servers busy, or, if there are none, those of the
+    largest smaller count (the smallest count if none is smaller)."""
+    busy = busy_counts(calibration)
+    have = sorted(set(busy.tolist()))
+    below = [k for k in have if k <= num_servers]
+    k = max(below) if below else min(have)
+    return calibration[busy == k]
+
+
+def fit_by_busy(calibration: pd.DataFrame, chunk_tokens: int = ENGINE_CHUNK_TOKENS) -> dict:
+    """``{busy_servers: FittedEngine}``: one :func:`fit_cost` per count of servers calibrated at
+    once (see :func:`measure_concurrent`)."""
+    busy = busy_counts(calibration)
+    return {int(k): fit_cost(calibration[busy == k], chunk_tokens) for k in sorted(set(busy.tolist()))}
+
+
 def fit_table(calibration: pd.DataFrame, fitted: FittedEngine) -> pd.DataFrame:
     """Calibration rows with the fitted TTFT and the relative error, for the calibration chart."""
     df = calibration[calibration["kind"] != "decode"].copy()
@@ -265,7 +342,8 @@ def fit_table(calibration: pd.DataFrame, fitted: FittedEngine) -> pd.DataFrame:
 
 
 __all__ = ["CACHED_POINTS", "COLD_LENGTHS", "FittedEngine", "NOMINAL_PEAK_FLOPS", "chunk_steps", "fit_curves",
-           "design_row", "fit_cost", "fitted_engine", "fit_table", "measure"]
+           "design_row", "busy_counts", "calibration_for", "fit_by_busy", "fit_cost", "fitted_engine",
+           "fit_table", "measure", "measure_concurrent"]
 
 
 def fit_curves(fitted: FittedEngine, max_cold_tokens: int = 6144, new_tokens=(256, 1024, 2048),

@@ -2,8 +2,11 @@
 
 :func:`validate` runs the whole study on 1-2 real vLLM CPU servers (see :mod:`.server`):
 
-1. calibration on server 0 (:func:`.calibrate.measure`) and the fitted cost model
-   (:func:`.calibrate.fit_cost`);
+1. calibration, for each server count ``n`` run, on the first ``n`` servers at the same time
+   (:func:`.calibrate.measure_concurrent`: two servers on one machine slow each other down while
+   both compute, so a run on ``n`` servers is compared with the cost model fitted to the
+   calibration measured with ``n`` servers busy), and the fitted cost models
+   (:func:`.calibrate.fit_by_busy`);
 2. per policy: a cold prefix cache (a new text salt, plus ``/reset_prefix_cache``), a replay of the
    trace routed by the policy through a :class:`.replay.LiveView` (:func:`.replay.replay`);
 3. the simulator on the same requests, with the arrivals at the moments they were sent and the
@@ -148,6 +151,15 @@ class ValidationResult:
     requests: pd.DataFrame                 # per request, all runs: + policy, num_replicas
     summary: pd.DataFrame                  # one row per (num_replicas, policy)
     info: dict = field(default_factory=dict)
+    fits: dict = field(default_factory=dict)  # {servers busy during calibration: FittedEngine}
+
+    def fitted_for(self, num_servers: int) -> cal.FittedEngine:
+        """The fit used for runs on ``num_servers`` servers (see :func:`.calibrate.calibration_for`)."""
+        if not self.fits:
+            return self.fitted
+        have = sorted(self.fits)
+        below = [k for k in have if k <= num_servers]
+        return self.fits[max(below) if below else min(have)]
 
     def as_json(self) -> dict:
         """JSON-able dict: ``policies`` {policy: figures} for the largest replica count, ``runs``
@@ -157,7 +169,9 @@ class ValidationResult:
                for row in top.to_dict("records")}
         return {"policies": pol, "runs": [{k: _clean(v) for k, v in r.items()}
                                           for r in self.summary.to_dict("records")],
-                "fit": self.fitted.as_dict(), "goals": GOALS, "info": self.info}
+                "fit": self.fitted.as_dict(),
+                "fits": {str(k): f.as_dict() for k, f in sorted(self.fits.items())},
+                "goals": GOALS, "info": self.info}
 
 
 def load_result(directory) -> ValidationResult:
@@ -165,9 +179,11 @@ def load_result(directory) -> ValidationResult:
     ``summary.json``) back into a :class:`ValidationResult`."""
     d = Path(directory)
     out = json.loads((d / "summary.json").read_text())
+    fits = {int(k): cal.FittedEngine.from_dict(v) for k, v in out.get("fits", {}).items()}
     return ValidationResult(pd.read_csv(d / "calibration.csv"),
                             cal.FittedEngine.from_dict(out["fit"]),
-                            pd.read_csv(d / "requests.csv"), pd.DataFrame(out["runs"]), out["info"])
+                            pd.read_csv(d / "requests.csv"), pd.DataFrame(out["runs"]), out["info"],
+                            fits)
 
 
 def save_result(result: ValidationResult, directory) -> Path:
@@ -216,19 +232,23 @@ def rescore(result: "ValidationResult", trace=None, seed: int = 0) -> "Validatio
     """Refit the cost model to ``result.calibration`` and redo every comparison from the real
     columns of ``result.requests`` (no engine needed; the simulator is deterministic).
     ``trace`` defaults to the first ``len`` requests of :data:`DEFAULT_TRACE`."""
-    fitted = cal.fit_cost(result.calibration)
+    fits = cal.fit_by_busy(result.calibration)
+    probe = ValidationResult(result.calibration, next(iter(fits.values())), result.requests,
+                             result.summary, fits=fits)
     rows, frames = [], []
     for (n, policy), real in result.requests.groupby(["num_replicas", "policy"], sort=False):
         real = real.reset_index(drop=True)
         tr = trace if trace is not None else head(load_validation_trace(), len(real))
-        df, summary = score_run(real, tr, fitted, int(n), policy, seed)
+        df, summary = score_run(real, tr, probe.fitted_for(int(n)), int(n), policy, seed)
         old = result.summary[(result.summary["num_replicas"] == n) & (result.summary["policy"] == policy)]
         if "replay_wall_s" in old and len(old):
             summary["replay_wall_s"] = float(old["replay_wall_s"].iloc[0])
         frames.append(df)
         rows.append({"num_replicas": int(n), "policy": policy, **summary})
-    return ValidationResult(result.calibration, fitted, pd.concat(frames, ignore_index=True),
-                            pd.DataFrame(rows), dict(result.info))
+    top = int(result.requests["num_replicas"].max())
+    return ValidationResult(result.calibration, probe.fitted_for(top),
+                            pd.concat(frames, ignore_index=True), pd.DataFrame(rows),
+                            dict(result.info), fits)
 
 
 def head(trace, n: int):
@@ -263,7 +283,8 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
         Calibrate on :data:`.calibrate.QUICK_COLD_LENGTHS` / ``QUICK_CACHED_POINTS`` (fewer,
         shorter requests) instead of the defaults.
     calibration : DataFrame, optional
-        Reuse an earlier calibration instead of measuring.
+        Reuse an earlier calibration instead of measuring (rows without ``busy_servers`` count
+        as measured on one server).
     log : callable
         One-line progress messages (``None`` for silence).
 
@@ -294,14 +315,23 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
     with EngineCluster(n_servers) as cluster:
         say(f"servers ready on ports {cluster.ports} after {time.perf_counter() - t_start:.0f} s")
         if calibration is None:
-            say("calibrating TTFT vs prompt length and cached context on server 0 ...")
             points = ({"cold_lengths": cal.QUICK_COLD_LENGTHS, "cached_points": cal.QUICK_CACHED_POINTS}
                       if quick_calibration else {})
-            calibration = cal.measure(cluster.ports[0], repeats=repeats, **points)
-        fitted = cal.fit_cost(calibration)
-        say("fit: " + ", ".join(f"{k}={v:.4g}" for k, v in fitted.as_dict().items()))
+            frames_cal = []
+            for k, n in enumerate(sorted(set(replicas))):
+                say(f"calibrating TTFT vs prompt length and cached context on {n} server(s) at "
+                    "once ...")
+                frames_cal.append(cal.measure_concurrent(cluster.ports[:n], repeats=repeats,
+                                                         salt=10_000 + 100_000 * k, **points))
+            calibration = pd.concat(frames_cal, ignore_index=True)
+        fits = cal.fit_by_busy(calibration)
+        probe = ValidationResult(calibration, next(iter(fits.values())), pd.DataFrame(),
+                                 pd.DataFrame(), fits=fits)
+        for k, f in fits.items():
+            say(f"fit ({k} server(s) busy): " + ", ".join(f"{a}={v:.4g}" for a, v in f.as_dict().items()))
         for n in replicas:
             ports = cluster.ports[:n]
+            fitted = probe.fitted_for(n)
             for policy in policies:
                 salt += 1
                 cluster.reset_prefix_caches()
@@ -318,8 +348,8 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
     info = {"trace": getattr(trace, "name", "trace"), "trace_requests": int(len(trace.table)),
             "block_tokens": ENGINE_BLOCK_TOKENS, "chunk_tokens": ENGINE_CHUNK_TOKENS,
             "wall_s": time.perf_counter() - t_start}
-    return ValidationResult(calibration, fitted, pd.concat(frames, ignore_index=True),
-                            pd.DataFrame(rows), info)
+    return ValidationResult(calibration, probe.fitted_for(max(replicas)),
+                            pd.concat(frames, ignore_index=True), pd.DataFrame(rows), info, fits)
 
 
 __all__ = ["DEFAULT_POLICIES", "DEFAULT_TRACE", "SHIPPED_RESULT", "FixedAssignment", "GOALS", "ValidationResult",
