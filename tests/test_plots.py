@@ -120,5 +120,7 @@ def test_tidy_one_precision_per_column_integers_as_integers():
     assert "0.01" in plain and "19,710.40" in plain
     idx = tidy(pd.DataFrame({"n": [1, 2]}, index=pd.Index([1.0, 0.5], name="window_s"))).to_html()
     assert ">1<" in idx and ">0.5<" in idx and "1.000000" not in idx
+    ratios = tidy(pd.DataFrame({"best": [1.0, 1.0], "other": [1.13, 4.05]}), 2, whole_as_int=False)
+    assert ratios.to_html().count(">1.00<") == 2
     assert column_decimals([0.0, 0.0]) == 0 and column_decimals([1e-9]) == 6
     assert list(tidy(df, None)["requests"]) == [1, 500]

@@ -84,7 +84,7 @@ def trace_label(name: str) -> str:
     return TRACE_LABELS.get(str(name), str(name))
 
 
-def tidy(df, digits: int | str | None = 3):
+def tidy(df, digits: int | str | None = 3, whole_as_int: bool = True):
     """A table for display: integer-valued float columns as integers, one precision per float column.
 
     Counts that pandas stored as float (a column with gaps, e.g. a parameter that only BTB rows
@@ -92,6 +92,8 @@ def tidy(df, digits: int | str | None = 3):
     ``digits="auto"`` each column gets the decimals of :func:`column_decimals` (3 significant
     figures of its smallest value), so ``0.0122`` and ``19,710`` never share a format and no value
     shows as ``1.971e+04``. Numbers get thousands separators, missing values show empty.
+    ``whole_as_int=False`` keeps ``digits`` decimals on whole-number floats too (a ratio column
+    that happens to be all 1: ``1.00``, not ``1``).
 
     Returns
     -------
@@ -107,7 +109,8 @@ def tidy(df, digits: int | str | None = 3):
         if pd.api.types.is_float_dtype(s):
             finite = s.dropna()
             finite = finite[finite.abs() != float("inf")]
-            if len(finite) and (finite == finite.round()).all() and finite.abs().max() < 2**53:
+            if (whole_as_int and len(finite) and (finite == finite.round()).all()
+                    and finite.abs().max() < 2**53):
                 out[col] = s.astype("Int64")
                 formats[col] = "{:,}"
             elif digits is not None:
