@@ -106,6 +106,8 @@ def test_with_subtitle_keeps_title_and_subtitle():
     t = with_subtitle(c, "Llama-3.3-70B on 4x H100-SXM").to_dict()["title"]
     assert t["text"] == "T" and t["subtitle"] == ["first", "Llama-3.3-70B on 4x H100-SXM"]
     assert with_subtitle(c.properties(title="plain"), "x").to_dict()["title"]["subtitle"] == ["x"]
+    untitled = alt.hconcat(alt.Chart(pd.DataFrame({"a": [1]})).mark_point())
+    assert with_subtitle(untitled, "x").to_dict()["title"]["text"] == "x"  # never an empty title
 
 
 def test_tidy_one_precision_per_column_integers_as_integers():

@@ -132,16 +132,16 @@ def tidy(df, digits: int | str | None = 3, whole_as_int: bool = True):
 def with_subtitle(chart: alt.TopLevelMixin, line: str) -> alt.TopLevelMixin:
     """``chart`` with ``line`` added under its title (e.g. the model, hardware and replicas it ran on).
 
-    Keeps the title and any subtitle lines the builder set; a chart without a title gets ``line``
-    as its subtitle under an empty title.
+    Keeps the title and any subtitle lines the builder set. A chart without a title gets ``line``
+    as its title (Vega draws no subtitle under an empty title).
     """
     title = chart.title
     if isinstance(title, alt.TitleParams):
         spec = title.to_dict()
-    elif isinstance(title, (str, list)):
+    elif isinstance(title, (str, list)) and title:
         spec = {"text": title}
     else:
-        spec = {"text": ""}
+        return chart.properties(title=alt.TitleParams(line, anchor="start"))
     sub = spec.get("subtitle", [])
     spec["subtitle"] = [*([sub] if isinstance(sub, str) else sub), line]
     spec.setdefault("anchor", "start")
