@@ -30,7 +30,7 @@ EXAMPLES = {
     "validate-engine": "btb validate-engine --json                 # needs `make engine` (vLLM CPU)",
 }
 
-DESCRIPTION = ("Route LLM inference under bursty, same-prefix traffic: cost model, trace audits, "
+DESCRIPTION = ("Route LLM inference under bursty, same-prefix traffic: cost model, trace audits,\n"
                "Bursted datasets, simulated replays and parameter sweeps.")
 
 
@@ -43,6 +43,23 @@ def plain(text: str | None) -> str | None:
     return text
 
 
+def wrap(text: str | None, width: int = 100) -> str | None:
+    """Help text for a terminal: lines longer than ``width`` re-wrapped (indentation kept)."""
+    if not text:
+        return text
+    import textwrap
+
+    out = []
+    for line in text.splitlines():
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = line[:len(line) - len(line.lstrip())]
+        bullet = indent + ("  " if line.lstrip().startswith(("- ", "* ")) else "")
+        out.append(textwrap.fill(line, width, subsequent_indent=bullet, break_on_hyphens=False))
+    return "\n".join(out)
+
+
 def build_parser() -> argparse.ArgumentParser:
     epilog = "examples (one per command; `btb COMMAND --help` for every option):\n" + "\n".join(
         f"  {EXAMPLES.get(name, f'btb {name} --help')}" for name in COMMANDS)
@@ -53,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMANDS:
         importlib.import_module(f"btb_core.commands.{name.replace('-', '_')}").register(sub)
     for name, p in sub.choices.items():
-        p.description = plain(p.description)
+        p.description = wrap(plain(p.description))
         p.formatter_class = argparse.RawDescriptionHelpFormatter
         if name in EXAMPLES and not p.epilog:
             p.epilog = f"example:\n  {EXAMPLES[name]}"

@@ -18,8 +18,10 @@ def test_linear_reproduces_reference_table(capsys):
     assert code == 0
     assert "71.4 us/token" in out
     row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["8,000"])
-    # tokens, prefill, HBM, DRAM, RDMA, NVMe (ms)
-    assert row[:6] == ["8,000", "571", "0.196", "11.9", "13.1", "374"]
+    # tokens, prefill, HBM, DRAM, RDMA, NVMe (ms): the published 571 / 0.196 / 11.9 / 13.1 / 374,
+    # each column at one precision (3 significant figures of its smallest value, 500 tokens)
+    assert row[:6] == ["8,000", "571.1", "0.1956", "11.916", "13.107", "374.5"]
+    assert row[6:] == ["2,919x", "47.9x", "43.6x", "1.52x"]
 
 
 def test_json_shape_and_numbers(capsys):

@@ -20,6 +20,7 @@ from ..audit import DEFAULT_BIN_S, DEFAULT_DEPTH_TOKENS, DEFAULT_WINDOW_S, burst
 from ..errors import ConfigError
 from ..fileio import jsonable
 from ..trace import FORMATS, load_trace
+from .tables import add_wide_option, render
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,6 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--burstiness", action="store_true",
                    help="with --json: print the burstiness rows instead of the fan-out rows")
     p.add_argument("--json", action="store_true", help="print JSON rows instead of tables")
+    add_wide_option(p)
     p.set_defaults(func=run)
 
 
@@ -84,11 +86,11 @@ def run(args: argparse.Namespace) -> int:
     mode = "excluding earlier turns" if args.exclude_sessions else "all requests"
     print(f"Deep-prefix fan-out ({mode}): max requests sharing the first depth_tokens tokens "
           f"within window_s seconds")
-    print(show.to_string(index=False, na_rep=""))
+    print(render(show, wide=args.wide, drop=("window_start_s", "eligible_requests", "keys_at_max")))
     for name, note in fan.loc[fan["note"] != "", ["trace", "note"]].drop_duplicates().itertuples(
             index=False):
         print(f"note: {name}: deep-prefix fan-out {note}")
     print()
     print("Burstiness: requests per second, peak bin vs mean")
-    print(burst.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    print(render(burst, wide=args.wide, float_format=lambda x: f"{x:.3g}"))
     return 0

@@ -17,9 +17,12 @@ import math
 from ..cost import (DEFAULT_TOKENS, REFERENCE_SETUP, TIERS, ZERO_SETUP_LATENCY_S, CostModel,
                     cost_model_for_setup, ratios, reference_cost_model)
 from ..errors import ConfigError
+from ..formatting import format_column
 from ..specs import GPUS, MODELS, SETUPS, STANDARD_SETUP, NodeSpec, model_for, node_for
 
 _TIER_LABEL = {"hbm": "HBM", "dram": "host DRAM", "rdma": "RDMA", "nvme": "NVMe"}
+#: Short tier names for the table's column headers (the table fits 120 columns).
+_COLUMN_LABEL = {"hbm": "HBM", "dram": "DRAM", "rdma": "RDMA", "nvme": "NVMe"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,7 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Time to make a prefix's KV usable: recompute it (prefill) or load it from "
                     "HBM, host DRAM, a peer over RDMA, or NVMe. Times in milliseconds.")
     p.add_argument("--setup", choices=sorted([*SETUPS, REFERENCE_SETUP]), default=None,
-                   help=f"named setup (default {STANDARD_SETUP}); --model/--gpu/--gpus override it")
+                   metavar="SETUP",
+                   help=f"named setup: {' '.join(sorted([*SETUPS, REFERENCE_SETUP]))} (default "
+                        f"{STANDARD_SETUP}); --model/--gpu/--gpus override it")
     p.add_argument("--model", choices=sorted(MODELS), default=None,
                    help="model preset (default: the setup's, llama-3.3-70b)")
     p.add_argument("--gpu", choices=sorted(GPUS), default=None,
@@ -89,29 +94,25 @@ def _fmt_ms(value: float) -> str:
     return f"{value:.{digits}f}"
 
 
-def _fmt_ratio(value: float) -> str:
-    return f"{value:,.0f}x" if value >= 100 else f"{value:.3g}x"
-
-
 def format_table(cm: CostModel, rows: list[dict]) -> str:
     """The human-readable table ``btb cost`` prints."""
     d = cm.describe()
-    head = (f"{d['model']} on {d['num_gpus']}x {d['gpu']} | MFU {cm.mfu:g} | "
-            f"attention term {'on' if cm.attention else 'off'} | "
+    head = (f"{d['model']} on {d['num_gpus']}x {d['gpu']}\n"
+            f"MFU {cm.mfu:g} | attention term {'on' if cm.attention else 'off'} | "
             f"linear term {d['prefill_us_per_token_linear']:.1f} us/token | "
             f"KV {d['kv_bytes_per_token']:,} B/token")
     bw = d["node_bytes_per_s"]
     bws = ("node bandwidths: " + ", ".join(
         f"{_TIER_LABEL[t]} {_fmt_ms(bw[t] / 1e9)} GB/s" for t in TIERS)
         + (" (one shared drive)" if d["disk_shared"] else ""))
-    cols = ["tokens", "prefill ms"] + [f"{_TIER_LABEL[t]} ms" for t in TIERS] + \
-        [f"prefill/{_TIER_LABEL[t]}" for t in TIERS]
-    body = []
+    cols = ["tokens", "prefill ms"] + [f"{_COLUMN_LABEL[t]} ms" for t in TIERS] + \
+        [f"prefill/{_COLUMN_LABEL[t]}" for t in TIERS]
+    # one precision per column (3 significant figures of its smallest value)
     rat = ratios(rows)
-    for i, r in enumerate(rows):
-        body.append([f"{r['tokens']:,}", _fmt_ms(r["prefill_ms"])]
-                    + [_fmt_ms(r[f"{t}_ms"]) for t in TIERS]
-                    + [_fmt_ratio(rat[f"prefill_over_{t}"][i]) for t in TIERS])
+    columns = [[f"{r['tokens']:,}" for r in rows], format_column([r["prefill_ms"] for r in rows])]
+    columns += [format_column([r[f"{t}_ms"] for r in rows]) for t in TIERS]
+    columns += [format_column(rat[f"prefill_over_{t}"], suffix="x") for t in TIERS]
+    body = [list(row) for row in zip(*columns)]
     widths = [max(len(c), *(len(b[j]) for b in body)) for j, c in enumerate(cols)]
     lines = [head, bws, "  ".join(c.rjust(w) for c, w in zip(cols, widths))]
     lines += ["  ".join(v.rjust(w) for v, w in zip(b, widths)) for b in body]

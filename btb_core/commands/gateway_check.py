@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..fileio import jsonable
+from .tables import add_wide_option, render
 
 
 def register(sub) -> None:
@@ -36,6 +37,7 @@ def register(sub) -> None:
                    help="compare one cache_aware variant with these parameters instead of the default "
                         "pair (product default and tie_break=first_holder)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    add_wide_option(p)
     p.set_defaults(func=run)
 
 
@@ -79,9 +81,10 @@ def run(args) -> int:
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(f"{label}: {len(res.decisions)} requests, {args.replicas} replicas\n")
         print("agreement with the real gateway (step: same state; replay: independent runs)")
-        print(res.summary.to_string(index=False, float_format="%.4f"))
+        print(render(res.summary, wide=args.wide, float_format="%.4f",
+                     drop=("step_disagree_miss", "step_disagree_hit", "step_disagree_imbalanced")))
         print("\nrequests per replica")
-        print(res.replicas.to_string(index=False))
+        print(render(res.replicas, wide=args.wide))
         print("\nTTFT (s)")
-        print(res.ttft.to_string(index=False, float_format="%.3f"))
+        print(render(res.ttft, wide=args.wide, float_format="%.3f"))
     return 0

@@ -17,9 +17,19 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..fileio import atomic_write_bytes, jsonable
+from .tables import add_wide_option, render
+
+
+def _setup_names() -> list[str]:
+    """Every setup ``--setup`` takes: the presets of :mod:`btb_core.specs` and the reference node."""
+    from ..cost import REFERENCE_SETUP
+    from ..specs import SETUPS
+
+    return [*SETUPS, REFERENCE_SETUP]
 
 
 def register(sub) -> None:
+    from ..cost import REFERENCE_SETUP
     from ..routers import POLICIES
     from ..sim.schedulers import SCHEDULERS
 
@@ -31,8 +41,10 @@ def register(sub) -> None:
     p.add_argument("--split", default="test", help="dataset split (experiment mode; default test)")
     p.add_argument("--policy", nargs="+", default=["cache_aware"],
                    help=f"policy name(s): {' '.join(POLICIES)} (default cache_aware)")
-    p.add_argument("--setup", nargs="+", default=["70b_h100x4"],
-                   help="model x hardware setup(s), e.g. 70b_h100x4 qwen3_8b_h100x4 (default 70b_h100x4)")
+    p.add_argument("--setup", nargs="+", default=["70b_h100x4"], metavar="SETUP",
+                   help="model x hardware setup(s): " + " ".join(_setup_names())
+                        + f" ({REFERENCE_SETUP}: the published linear table's node; default "
+                          "70b_h100x4)")
     p.add_argument("--replicas", type=int, default=4, help="replicas (default 4)")
     p.add_argument("--scheduler", default="chunked", choices=(*SCHEDULERS, "both"),
                    help=f"{', '.join(SCHEDULERS)} (default chunked) or, in experiment mode, both "
@@ -75,6 +87,7 @@ def register(sub) -> None:
                         "no preemption; paged = blocks allocated as decode grows, the newest running "
                         "request preempted and recomputed when KV runs out (vLLM)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_wide_option(p)
     p.add_argument("--out", type=Path, help="write the per-request table (parquet)")
     p.add_argument("--overwrite", action="store_true", help="allow --out to replace an existing file")
     p.set_defaults(func=run)
@@ -122,10 +135,16 @@ def _write_parquet(df, out: Path, overwrite: bool) -> None:
     atomic_write_bytes(out, df.to_parquet(index=False))
 
 
+#: Columns of the dataset-mode table (``--wide``: all of them; ``--json``: every metric).
+DATASET_TABLE = ["setup", "scheduler", "policy", "dataset", "requests", "ttft_mean_s", "ttft_p50_s",
+                 "ttft_p95_s", "ttft_p99_s", "speedup_vs_cache_aware", "rdma_copies", "copies_unused",
+                 "recomputed_prefill_tokens"]
+#: What the dataset-mode table hides, in this order, to fit 120 columns.
+DATASET_HIDE = ("recomputed_prefill_tokens", "ttft_p50_s", "ttft_p99_s", "requests")
+
+
 def _run_dataset(args) -> int:
     """``btb replay --dataset DIR ...``: the experiment of :mod:`btb_core.experiment`."""
-    import pandas as pd
-
     from ..experiment import run_experiment
     from ..routers import parse_router_params, policy_class, router_params
 
@@ -155,15 +174,14 @@ def _run_dataset(args) -> int:
     if args.json:
         print(json.dumps({"results": jsonable(res.results.to_dict("records"))}, indent=2))
     else:
-        cols = ["setup", "scheduler", "policy", "dataset", "requests", "ttft_mean_s", "ttft_p50_s",
-                "ttft_p95_s", "ttft_p99_s", "speedup_vs_cache_aware", "rdma_copies", "copies_unused",
-                "recomputed_prefill_tokens"]
-        with pd.option_context("display.width", 200, "display.max_columns", 20):
-            print(res.results[[c for c in cols if c in res.results]].to_string(index=False, float_format="%.3f"))
+        table = res.results[[c for c in DATASET_TABLE if c in res.results]]
+        print(render(table, wide=args.wide, group=("setup", "scheduler"), drop=DATASET_HIDE,
+                     float_format="%.3f"))
         if "continuous" in res.info:
             print("\ncontinuous run:")
-            print(res.info["continuous"][["setup", "scheduler", "policy", "ttft_mean_s", "ttft_p95_s"]]
-                  .to_string(index=False, float_format="%.3f"))
+            print(render(res.info["continuous"][["setup", "scheduler", "policy", "ttft_mean_s",
+                                                 "ttft_p95_s"]],
+                         wide=args.wide, group=("setup", "scheduler"), float_format="%.3f"))
     return 0
 
 
@@ -275,9 +293,11 @@ def _params_by_policy(policies, router_param: list[str]) -> dict[str, list[str]]
     return out
 
 
-#: Columns of the several-policies table (fits 120 columns; --json has every metric).
+#: Columns of the several-policies table (--wide: every metric; --json: every field).
 TRACE_TABLE = ["setup", "policy", "requests", "ttft_mean_s", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s",
                "hit_fraction", "rdma_copies", "copies_unused"]
+#: What that table hides, in this order, if it is still wider than 120 columns.
+TRACE_HIDE = ("ttft_p50_s", "ttft_p99_s", "requests")
 
 
 def _run_trace_many(args) -> int:
@@ -320,6 +340,10 @@ def _run_trace_many(args) -> int:
     else:
         df = pd.DataFrame(rows)
         print(f"{args.trace}: {args.replicas} replicas, {args.scheduler}, seed {args.seed}")
-        cols = [c for c in TRACE_TABLE if c in df and (c != "setup" or len(args.setup) > 1)]
-        print(df[cols].to_string(index=False, float_format="%.3f"))
+        if args.wide:
+            cols = [c for c in df.columns if c not in ("trace", "replicas", "scheduler", "seed")]
+        else:
+            cols = [c for c in TRACE_TABLE if c in df]
+        print(render(df[cols], wide=args.wide, constant=("setup",), drop=TRACE_HIDE,
+                     float_format="%.3f"))
     return 0

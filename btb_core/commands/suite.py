@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ..fileio import jsonable
+from .tables import add_wide_option, render
 
 
 def register(sub) -> None:
@@ -22,6 +23,7 @@ def register(sub) -> None:
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
+    add_wide_option(p)
     p.set_defaults(func=run)
 
 
@@ -38,5 +40,8 @@ def run(args) -> int:
         return 0
     cols = ["shape", "policy", "requests", "ttft_mean_s", "ttft_p95_s", "copies", "copies_unused",
             "mean_ratio", "p95_ratio"]
-    print(summary[cols].to_string(index=False, float_format="%.3f"))
+    if args.wide:
+        cols += [c for c in summary.columns if c not in cols and summary[c].dtype != object]
+    print(render(summary[cols], wide=args.wide, drop=("copies_unused", "copies"),
+                 float_format="%.3f"))
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .tables import add_wide_option, render
+
 
 def register(sub) -> None:
     p = sub.add_parser("sweep", help="run a policy-parameter grid (resumable; serial, processes or Dask)",
@@ -17,7 +19,16 @@ def register(sub) -> None:
     p.add_argument("--scheduler-address", default=None, metavar="tcp://HOST:PORT",
                    help="an existing Dask scheduler to run on")
     p.add_argument("--limit", type=int, default=None, help="run at most N pending cells, then stop")
+    add_wide_option(p)
     p.set_defaults(func=run)
+
+
+#: Sweep-table columns printed once above the table when every cell shares them.
+SWEEP_CONSTANT = ("replicas", "windows")
+#: Sweep-table columns that split it into one block per value when cells differ in them.
+SWEEP_GROUP = ("setup", "scheduler")
+#: What the sweep table hides, in this order, to fit 120 columns.
+SWEEP_HIDE = ("recomputed_prefill_tokens", "requests", "windows", "replicas")
 
 
 def run(args) -> int:
@@ -32,5 +43,6 @@ def run(args) -> int:
     if len(results):
         s = summarize(results)
         cols = [c for c in s.columns if c not in ("params",)]
-        print(s[cols].to_string(index=False, float_format="%.3f"))
+        print(render(s[cols], wide=args.wide, constant=SWEEP_CONSTANT, group=SWEEP_GROUP,
+                     drop=SWEEP_HIDE, float_format="%.3f"))
     return 0

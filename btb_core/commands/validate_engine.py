@@ -18,6 +18,7 @@ import json
 import sys
 
 from ..errors import ConfigError
+from .tables import add_wide_option, render
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,6 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, metavar="DIR",
                    help="also write calibration.csv, requests.csv and summary.json there")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_wide_option(p)
     p.set_defaults(func=run)
 
 
@@ -74,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
     cols = ["num_replicas", "policy", "requests", "cached_tokens_match_fraction", "ttft_mean_real_s",
             "ttft_mean_sim_s", "ttft_mean_rel_error", "ttft_p90_rel_error",
             "ttft_median_request_rel_error"]
-    print(res.summary[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if args.wide:
+        cols += [c for c in res.summary.columns if c not in cols]
+    print(render(res.summary[cols], wide=args.wide, float_format=lambda v: f"{v:.3f}",
+                 group=("num_replicas",),
+                 drop=("ttft_median_request_rel_error", "ttft_p90_rel_error", "requests")))
     return 0
 

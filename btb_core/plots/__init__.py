@@ -12,6 +12,7 @@ from pathlib import Path
 import altair as alt
 
 from ..fileio import atomic_write_bytes
+from ..formatting import column_decimals
 from ..paths import figures_dir
 
 # Our builders thin their data themselves; a long timeline may still exceed altair's default cap.
@@ -66,24 +67,85 @@ def setup_label(setup: str) -> str:
     return f"{MODELS[model].name} on {n}x {GPUS[gpu].name}"
 
 
-def tidy(df, digits: int = 3):
-    """A table for display: integer-valued float columns as integers, other floats rounded.
+#: Human names of the shipped traces (file stems as :mod:`btb_core.trace` names them).
+TRACE_LABELS = {
+    "conversation_trace": "Mooncake conversation",
+    "synthetic_trace": "Mooncake synthetic",
+    "AzureLLMInferenceTrace_code": "Azure LLM 2023 code",
+    "AzureLLMInferenceTrace_conv": "Azure LLM 2023 conversation",
+}
+
+
+def trace_label(name: str) -> str:
+    """A trace name as a person reads it: ``"conversation_trace"`` -> ``"Mooncake conversation"``.
+
+    Names not in :data:`TRACE_LABELS` (ART-Chat, user files) are returned unchanged.
+    """
+    return TRACE_LABELS.get(str(name), str(name))
+
+
+def tidy(df, digits: int | str | None = 3, whole_as_int: bool = True):
+    """A table for display: integer-valued float columns as integers, one precision per float column.
 
     Counts that pandas stored as float (a column with gaps, e.g. a parameter that only BTB rows
-    have) show as ``2``, not ``2.0``; every other float column keeps ``digits`` decimals.
+    have) show as ``2``, not ``2.0``. Other float columns keep ``digits`` decimals, or with
+    ``digits="auto"`` each column gets the decimals of :func:`column_decimals` (3 significant
+    figures of its smallest value), so ``0.0122`` and ``19,710`` never share a format and no value
+    shows as ``1.971e+04``. Numbers get thousands separators, missing values show empty.
+    ``whole_as_int=False`` keeps ``digits`` decimals on whole-number floats too (a ratio column
+    that happens to be all 1: ``1.00``, not ``1``).
+
+    Returns
+    -------
+    pandas.io.formats.style.Styler
+        ``digits=None``: the converted :class:`pandas.DataFrame` instead (no formatting).
     """
     import pandas as pd
 
     out = df.copy()
+    formats = {}
     for col in out.columns:
         s = out[col]
         if pd.api.types.is_float_dtype(s):
             finite = s.dropna()
-            if len(finite) and (finite == finite.round()).all() and finite.abs().max() < 2**53:
+            finite = finite[finite.abs() != float("inf")]
+            if (whole_as_int and len(finite) and (finite == finite.round()).all()
+                    and finite.abs().max() < 2**53):
                 out[col] = s.astype("Int64")
-            else:
-                out[col] = s.round(digits)
-    return out.style.format(precision=digits, thousands=",", na_rep="") if digits is not None else out
+                formats[col] = "{:,}"
+            elif digits is not None:
+                d = column_decimals(finite) if digits == "auto" else int(digits)
+                out[col] = s.round(d)
+                formats[col] = f"{{:,.{d}f}}"
+        elif pd.api.types.is_integer_dtype(s) and not pd.api.types.is_bool_dtype(s):
+            formats[col] = "{:,}"
+    if digits is None:
+        return out
+
+    def label(v):  # float index / header labels (a window of 1.0 s, a bin of 10.0 s): 1, 10, 0.5
+        return f"{v:,g}" if isinstance(v, float) else v
+
+    return (out.style.format(formats, na_rep="").format_index(label, axis=0)
+            .format_index(label, axis=1))
+
+
+def with_subtitle(chart: alt.TopLevelMixin, line: str) -> alt.TopLevelMixin:
+    """``chart`` with ``line`` added under its title (e.g. the model, hardware and replicas it ran on).
+
+    Keeps the title and any subtitle lines the builder set. A chart without a title gets ``line``
+    as its title (Vega draws no subtitle under an empty title).
+    """
+    title = chart.title
+    if isinstance(title, alt.TitleParams):
+        spec = title.to_dict()
+    elif isinstance(title, (str, list)) and title:
+        spec = {"text": title}
+    else:
+        return chart.properties(title=alt.TitleParams(line, anchor="start"))
+    sub = spec.get("subtitle", [])
+    spec["subtitle"] = [*([sub] if isinstance(sub, str) else sub), line]
+    spec.setdefault("anchor", "start")
+    return chart.properties(title=alt.TitleParams(**spec))
 
 
 def save_chart(chart: alt.TopLevelMixin, stem: str, directory: Path | None = None,
@@ -118,4 +180,5 @@ def save_chart(chart: alt.TopLevelMixin, stem: str, directory: Path | None = Non
     return [png, svg]
 
 
-__all__ = ["enable_renderer", "policy_order", "save_chart", "setup_label", "tidy"]
+__all__ = ["TRACE_LABELS", "column_decimals", "enable_renderer", "policy_order", "save_chart", "setup_label", "tidy",
+           "trace_label", "with_subtitle"]

@@ -6,6 +6,16 @@ import altair as alt
 import pandas as pd
 
 from . import policy_order
+from .production import METRIC_TITLES
+
+#: Row headers: horizontal, left of the panels (metric names read as words, not rotated ids).
+_ROW_HEADER = alt.Header(labelAngle=0, labelAlign="left", labelFontSize=12, labelLimit=200)
+
+
+def _labelled(long: pd.DataFrame, metrics) -> tuple[pd.DataFrame, list[str]]:
+    """``long`` with its ``metric`` column as axis-style titles (units included), and their order."""
+    labels = [METRIC_TITLES.get(m, m) for m in metrics]
+    return long.assign(metric=long["metric"].map(lambda m: METRIC_TITLES.get(m, m))), labels
 
 
 def loop_bars(table: pd.DataFrame, metrics=("ttft_mean_s", "session_duration_mean_s", "hit_fraction"),
@@ -17,18 +27,19 @@ def loop_bars(table: pd.DataFrame, metrics=("ttft_mean_s", "session_duration_mea
     table : DataFrame
         :func:`btb_core.production.session_comparison` output.
     """
-    long = table.melt(id_vars=["policy", "loop"], value_vars=list(metrics), var_name="metric")
+    long, labels = _labelled(table.melt(id_vars=["policy", "loop"], value_vars=list(metrics),
+                                        var_name="metric"), metrics)
     return alt.Chart(long).mark_bar().encode(
-        x=alt.X("loop:N", title=None, sort=["open", "closed"]),
+        x=alt.X("loop:N", title=None, sort=["open", "closed"], axis=alt.Axis(labelAngle=0)),
         y=alt.Y("value:Q", title=None),
         color=alt.Color("loop:N", sort=["open", "closed"], title="loop"),
         column=alt.Column("policy:N", sort=policy_order(table["policy"]), title=None),
-        row=alt.Row("metric:N", title=None),
+        row=alt.Row("metric:N", title=None, sort=labels, header=_ROW_HEADER),
         tooltip=["policy", "loop", "metric", alt.Tooltip("value:Q", format=".4g")],
     ).resolve_scale(y="independent").properties(width=90, height=110, title=title)
 
 
-def admission_bars(table: pd.DataFrame, title: str = "reserve vs paged KV admission") -> alt.Chart:
+def admission_bars(table: pd.DataFrame, title: str = "Reserved vs paged KV admission") -> alt.Chart:
     """Mean TTFT and end-to-end latency per policy under each admission rule, with the
     preemption count as text.
 
@@ -37,11 +48,12 @@ def admission_bars(table: pd.DataFrame, title: str = "reserve vs paged KV admiss
     table : DataFrame
         :func:`btb_core.production.admission_comparison` output.
     """
-    long = table.melt(id_vars=["policy", "kv_admission", "preemptions"],
-                      value_vars=["ttft_mean_s", "e2e_mean_s"], var_name="metric")
+    metrics = ["ttft_mean_s", "e2e_mean_s"]
+    long, labels = _labelled(table.melt(id_vars=["policy", "kv_admission", "preemptions"],
+                                        value_vars=metrics, var_name="metric"), metrics)
     base = alt.Chart(long).encode(
-        x=alt.X("kv_admission:N", title=None, sort=["reserve", "paged"]),
-        y=alt.Y("value:Q", title="seconds"),
+        x=alt.X("kv_admission:N", title=None, sort=["reserve", "paged"], axis=alt.Axis(labelAngle=0)),
+        y=alt.Y("value:Q", title=None),
     )
     bars = base.mark_bar().encode(
         color=alt.Color("kv_admission:N", sort=["reserve", "paged"], title="admission"),
@@ -50,7 +62,7 @@ def admission_bars(table: pd.DataFrame, title: str = "reserve vs paged KV admiss
     text = base.mark_text(dy=-6, fontSize=9).encode(text=alt.Text("preemptions:Q"))
     return alt.layer(bars, text, data=long).properties(width=90, height=130).facet(
         column=alt.Column("policy:N", sort=policy_order(table["policy"]), title=None),
-        row=alt.Row("metric:N", title=None),
+        row=alt.Row("metric:N", title=None, sort=labels, header=_ROW_HEADER),
     ).resolve_scale(y="independent").properties(
         title=alt.TitleParams(title, subtitle="numbers on bars: preemptions"))
 

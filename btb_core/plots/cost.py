@@ -70,7 +70,13 @@ def prefill_anchor_chart(compared: pd.DataFrame, title: str = "") -> alt.Chart:
         point may repeat once per label.
     """
     tp = alt.Color("tensor_parallel:N", title="TP", scale=_TP_COLORS)
-    x = _log_x(compared["prompt_tokens"], "prompt_tokens", "prompt tokens")
+    lengths = sorted(int(v) for v in compared["prompt_tokens"].unique())
+    # ticks at the measured prompt lengths (powers of two: 1k = 1,024), padded so no point sits on
+    # the frame
+    x = alt.X("prompt_tokens:Q", title="prompt tokens (k = 1,024)",
+              scale=alt.Scale(type="log", domain=[lengths[0] / 1.2, lengths[-1] * 1.2], nice=False),
+              axis=alt.Axis(values=lengths, labelExpr="datum.value >= 1024 ? "
+                            "format(datum.value / 1024, '~g') + 'k' : datum.value"))
     measured = (alt.Chart(compared.drop_duplicates(["tensor_parallel", "prompt_tokens"]))
                 .mark_point(size=70, filled=True)
                 .encode(x=x, y=alt.Y("prefill_ms:Q", scale=_LOG, title="prefill time (ms)"),
@@ -81,7 +87,8 @@ def prefill_anchor_chart(compared: pd.DataFrame, title: str = "") -> alt.Chart:
                      strokeDash=alt.StrokeDash("label:N", title="model line")))
     return (measured + model).properties(
         width=520, height=340,
-        title=title or "Splitwise measured prefill (points) vs cost model (lines)")
+        title=title or "Llama-2-70B prefill on DGX-H100: Splitwise measured (points) vs cost model "
+                       "(lines)")
 
 
 def gemm_mfu_chart(gemm: pd.DataFrame, rules: dict[str, float] | None = None) -> alt.Chart:

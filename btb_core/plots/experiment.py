@@ -105,23 +105,25 @@ PARAM_TITLES = {"x_repeats": "X: arrivals to detect a burst", "y_tokens": "Y: pr
                 "replicas": "replicas"}
 
 
-def sweep_heatmap(summary: pd.DataFrame, x: str, y: str, value: str, title: str,
+def sweep_heatmap(summary: pd.DataFrame, x: str, y: str | None, value: str, title: str,
                   fmt: str = ".2f", scheme: str = "viridis", zero_based: bool = False) -> alt.Chart:
     """Heatmap of ``value`` over parameters ``x`` and ``y`` (btb rows of a sweep summary).
 
+    ``y=None``: one row of cells over ``x`` (a one-parameter sweep), with no y axis.
     ``zero_based``: the colour scale starts at 0 (counts), so all-zero cells are the lightest colour.
     """
     df = summary[summary["policy"] == "btb"].copy()
-    base = alt.Chart(df).encode(
-        x=alt.X(f"{x}:O", title=PARAM_TITLES.get(x, x), axis=alt.Axis(labelAngle=0)),
-        y=alt.Y(f"{y}:O", title=PARAM_TITLES.get(y, y)))
+    enc = {"x": alt.X(f"{x}:O", title=PARAM_TITLES.get(x, x), axis=alt.Axis(labelAngle=0))}
+    if y is not None:
+        enc["y"] = alt.Y(f"{y}:O", title=PARAM_TITLES.get(y, y))
+    base = alt.Chart(df).encode(**enc)
     scale = alt.Scale(scheme=scheme)
     if zero_based:
         scale = alt.Scale(scheme=scheme, domain=[0, max(1.0, float(df[value].max()) if len(df) else 1.0)])
     cells = base.mark_rect().encode(color=alt.Color(f"{value}:Q", scale=scale, title=None))
     text = base.mark_text(fontSize=11).encode(text=alt.Text(f"{value}:Q", format=fmt),
                                              color=alt.value("black" if zero_based else "white"))
-    return (cells + text).properties(width=200, height=160, title=title)
+    return (cells + text).properties(width=200, height=160 if y is not None else 50, title=title)
 
 
 def explorer_chart(queue: pd.DataFrame, transfers: pd.DataFrame, cdf_requests: pd.DataFrame,
@@ -142,8 +144,9 @@ def explorer_chart(queue: pd.DataFrame, transfers: pd.DataFrame, cdf_requests: p
                        ).resolve_scale(color="independent").properties(title=title)
 
 
-def sweep_pair(summary: pd.DataFrame, x: str, y: str) -> alt.HConcatChart:
-    """Side-by-side heatmaps of speedup vs cache_aware and of unused copies over ``x`` x ``y``."""
+def sweep_pair(summary: pd.DataFrame, x: str, y: str | None = None) -> alt.HConcatChart:
+    """Side-by-side heatmaps of speedup vs cache_aware and of unused copies over ``x`` x ``y``
+    (``y=None``: over ``x`` alone, one row)."""
     return alt.hconcat(
         sweep_heatmap(summary, x, y, "speedup_vs_cache_aware", "speedup of mean TTFT vs cache_aware (x)"),
         sweep_heatmap(summary, x, y, "copies_unused", "copies that served no request", fmt=".0f",

@@ -20,6 +20,8 @@ METRIC_TITLES = {
     "hit_fraction": "prompt tokens reused",
     "recomputed_prefill_tokens": "recomputed prefill tokens",
     "copies": "warm copies",
+    "session_duration_mean_s": "mean session duration (s)",
+    "e2e_mean_s": "mean end-to-end latency (s)",
 }
 
 

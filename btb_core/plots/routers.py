@@ -93,7 +93,7 @@ def copy_frames_chart(frames: pd.DataFrame, title: str = "BTB warm copies landin
                         scale=alt.Scale(domain=COPY_STATES, range=COPY_COLORS)),
     )
     return alt.layer(bars, role, data=data).properties(width=130, height=120).facet(
-        facet=alt.Facet("label:N", sort=labels, title=None), columns=min(4, len(labels))
+        facet=alt.Facet("label:N", sort=labels, title=None), columns=min(3, len(labels))
     ).properties(title=title)
 
 

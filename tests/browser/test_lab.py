@@ -1,4 +1,5 @@
-"""Notebooks 04 and 05 in JupyterLab, in a real browser, with the network closed.
+"""Notebooks 04 and 05 in JupyterLab, in a real browser, with the network closed (and every other
+notebook opened, not run: it must stay unmodified on the "Python (btb)" kernel).
 
 JupyterLab runs on the loopback interface on a copy of ``notebooks/`` (so autosave never touches the
 repository); Debian's Chromium, driven by Playwright (no browser is downloaded), may reach only that
@@ -201,6 +202,23 @@ def _assert_clean(page, panel, name):
     for bad in ERROR_TEXT:
         assert bad not in text, f"{name}: {bad!r} on the page:\n{text[-3000:]}"
     assert not page.blocked, f"{name}: the page tried to reach the network: {page.blocked[:5]}"
+
+
+OTHERS = tuple(nb.name for nb in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")) if nb.name not in REQUIRED)
+
+
+@pytest.mark.parametrize("name", OTHERS)
+def test_every_other_notebook_opens_unmodified(page, lab, name):
+    """Opening a notebook (not running it) leaves it as committed, on the "Python (btb)" kernel."""
+    _, _, root = lab
+    before = (root / name).read_bytes()
+    _open(page, lab, name)
+    kernel = page.locator(".jp-Toolbar-kernelName").first.inner_text()
+    assert "Python (btb)" in kernel, f"{name}: {kernel}"
+    time.sleep(2)
+    assert not page.locator(".jp-mod-dirty").count(), f"{name} marked modified just by opening it"
+    assert (root / name).read_bytes() == before
+    _assert_clean(page, page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)"), name)
 
 
 @pytest.mark.parametrize("name", REQUIRED)

@@ -1,0 +1,152 @@
+"""Every subcommand's printed tables fit 120 columns by default; ``--wide`` prints every column."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from btb_core.cli import COMMANDS, build_parser, main
+from btb_core.commands.tables import TABLE_WIDTH, render, width
+from btb_core.paths import DATA_DIR
+
+from test_experiment_sweep import BT, PREFIX_BLOCKS, dataset  # noqa: F401  (fixture)
+
+CONV = DATA_DIR / "traces" / "mooncake" / "conversation_trace.jsonl"
+AZURE = DATA_DIR / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+
+
+def _out(capsys, argv) -> str:
+    assert main(argv) == 0, capsys.readouterr().err
+    return capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory):
+    path = tmp_path_factory.mktemp("t") / "head.jsonl"
+    path.write_text("\n".join(CONV.read_text().splitlines()[:200]) + "\n")
+    return path
+
+
+def test_render_hides_least_important_columns_first_and_says_so():
+    df = pd.DataFrame({"name": ["a", "b"], "x" * 85: [1, 2], "y" * 30: [3, 4], "z" * 20: [5, 6]})
+    assert width(df.to_string(index=False)) > TABLE_WIDTH
+    # hiding z alone leaves 123 characters: y goes too, x (not listed) stays
+    text = render(df, drop=("z" * 20, "y" * 30))
+    assert width(text) <= TABLE_WIDTH
+    assert "x" * 85 in text and "z" * 20 not in text.splitlines()[0]
+    assert text.splitlines()[-1] == f"(hidden to fit 120 columns: {'z' * 20}, {'y' * 30}; --wide shows them)"
+    assert "z" * 20 not in render(df, drop=("y" * 30, "z" * 20)).splitlines()[-1]  # y alone fits
+    assert render(df, wide=True) == df.to_string(index=False)
+    # a single-valued column moves into a heading line
+    same = pd.DataFrame({"setup": ["70b_h100x4"] * 2, "policy": ["btb", "cache_aware"]})
+    assert render(same, constant=("setup",)).splitlines()[0] == "setup: 70b_h100x4"
+
+
+@pytest.mark.parametrize("name", [c for c in COMMANDS if c not in ("cost", "synth")])
+def test_every_table_command_has_wide(name):
+    """cost and synth print fixed tables that always fit; every other table can grow."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    assert "--wide" in sub.choices[name].format_help()
+
+
+@pytest.mark.parametrize("argv", [["cost"], ["cost", "--linear"],
+                                  ["cost", "--setup", "70b_h100x4_reference"],
+                                  ["cost", "--model", "kimi-k2", "--gpu", "b200", "--gpus", "8",
+                                   "--tokens", "1", "1000000"]])
+def test_cost_fits(capsys, argv):
+    assert width(_out(capsys, argv)) <= TABLE_WIDTH
+
+
+def test_audit_fits_and_wide_shows_every_column(capsys):
+    argv = ["audit", str(CONV), str(AZURE), "--window-s", "10", "60"]
+    text = _out(capsys, argv)
+    assert width(text) <= TABLE_WIDTH
+    assert "AzureLLMInferenceTrace_conv" in text and "n/a" in text
+    wide = _out(capsys, argv + ["--wide"])
+    assert "window_start_s" in wide
+
+
+def test_replay_trace_modes_fit(head, capsys):
+    one = _out(capsys, ["replay", "--trace", str(head), "--policy", "cache_aware"])
+    assert width(one) <= TABLE_WIDTH
+    many = ["replay", "--trace", str(head), "--policy", "round_robin", "power_of_two", "least_load",
+            "cache_aware", "kv_aware", "llm_d", "btb", "btb_adaptive", "--setup", "70b_h100x4",
+            "qwen3_8b_h100x4"]
+    text = _out(capsys, many)
+    assert width(text) <= TABLE_WIDTH
+    assert text.count("btb_adaptive") == 2  # one row per (setup, policy)
+    wide = _out(capsys, many + ["--wide"])
+    assert width(wide) > TABLE_WIDTH and "recomputed_prefill_tokens" in wide
+
+
+def test_replay_dataset_mode_fits_and_wide_has_every_column(dataset, capsys):  # noqa: F811
+    argv = ["replay", "--dataset", str(dataset), "--policy", "round_robin", "power_of_two",
+            "cache_aware", "btb", "btb_adaptive", "--setup", "70b_h100x4_reference", "qwen3_8b_h100x4",
+            "--scheduler", "both", "--router-param", f"y_tokens={PREFIX_BLOCKS * BT}"]
+    text = _out(capsys, argv)
+    assert width(text) <= TABLE_WIDTH, text
+    assert "speedup_vs_cache_aware" in text and "qwen3_8b_h100x4" in text and "--wide" in text
+    wide = _out(capsys, argv + ["--wide"])
+    header = next(line for line in wide.splitlines() if "policy" in line)
+    for col in ("setup", "scheduler", "requests", "ttft_p50_s", "ttft_p99_s",
+                "recomputed_prefill_tokens"):
+        assert col in header
+    assert width(wide) > TABLE_WIDTH
+
+
+def test_sweep_table_fits(dataset, tmp_path, capsys):  # noqa: F811
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(f"dataset: {dataset}\nsplit: test\npolicies:\n  cache_aware: {{}}\n"
+                    f"  btb: {{y_tokens: {PREFIX_BLOCKS * BT}, x_repeats: [2, 3], m_replicas: [1, 2]}}\n"
+                    f"setups: [70b_h100x4, qwen3_8b_h100x4]\nout: {tmp_path / 'res'}\n")
+    text = _out(capsys, ["sweep", "--grid", str(grid)])
+    assert width(text) <= TABLE_WIDTH, text
+    assert "speedup_vs_cache_aware" in text
+    # parameters only btb has: whole numbers as integers, empty for cache_aware (no 2.000, no <NA>)
+    assert "<NA>" not in text and "NaN" not in text and " 2.000" not in text
+
+
+def test_suite_table_fits(capsys):
+    text = _out(capsys, ["suite", "--policies", "cache_aware", "btb_adaptive", "--shapes",
+                         "p64k_long_suffix", "trickle", "--scale", "0.1"])
+    assert width(text) <= TABLE_WIDTH
+    assert "p64k_long_suffix" in text and "mean_ratio" in text
+
+
+def test_gateway_check_tables_fit(capsys):
+    pytest.importorskip("sglang_router")
+    text = _out(capsys, ["gateway-check", "--burst", "--replicas", "4"])
+    assert width(text) <= TABLE_WIDTH, text
+
+
+def test_validate_engine_table_fits(capsys, monkeypatch):
+    """The table `btb validate-engine` prints, from the shipped measured run (no engine needed)."""
+    import importlib
+
+    module = importlib.import_module("btb_core.engine.validate")  # the package re-exports validate()
+    shipped = module.load_result(module.SHIPPED_RESULT)
+    monkeypatch.setattr(module, "validate", lambda *a, **k: shipped)
+    text = _out(capsys, ["validate-engine"])
+    assert width(text) <= TABLE_WIDTH, text
+    assert "kv_aware" in text
+
+
+def test_replay_setup_help_offers_every_setup():
+    from btb_core.cost import REFERENCE_SETUP
+    from btb_core.specs import SETUPS
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    text = " ".join(sub.choices["replay"].format_help().split())
+    for name in [*SETUPS, REFERENCE_SETUP]:
+        assert name in text, name
+
+
+@pytest.mark.parametrize("name", [None, *COMMANDS])
+def test_help_fits_120_columns(name):
+    parser = build_parser()
+    if name is not None:
+        sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+        parser = sub.choices[name]
+    assert width(parser.format_help()) <= TABLE_WIDTH

@@ -1,0 +1,72 @@
+"""The notebooks as files: kernel "Python (btb)", saved as JupyterLab saves them (so opening one
+leaves git clean), no outputs, and a first cell that says which size it shows and how to switch."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+import yaml
+
+from btb_core.notebooks import FULL_PARAMS, KERNEL_NAME, size_parameters
+from btb_core.paths import REPO_ROOT
+
+NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+FULL = yaml.safe_load(FULL_PARAMS.read_text())
+
+
+def _code(cell) -> str:
+    return "".join(cell["source"])
+
+
+def test_every_notebook_is_listed():
+    assert [nb.stem[:2] for nb in NOTEBOOKS] == [f"{i:02d}" for i in range(len(NOTEBOOKS))]
+    assert len(NOTEBOOKS) >= 8
+    assert set(FULL) <= {nb.stem for nb in NOTEBOOKS}, "full.yaml names a notebook that does not exist"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_kernel_and_lab_serialisation(path):
+    raw = path.read_text()
+    nb = json.loads(raw)
+    assert nb["metadata"]["kernelspec"] == {"display_name": "Python (btb)", "language": "python",
+                                             "name": KERNEL_NAME}
+    # the language_info JupyterLab fills in on open: present, so saving does not add it
+    assert nb["metadata"]["language_info"].get("codemirror_mode") == {"name": "ipython", "version": 3}
+    # JupyterLab's serialisation: sorted keys, one-space indent, sources as lists of lines
+    assert raw == json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    for cell in nb["cells"]:
+        assert isinstance(cell["source"], list) and "id" in cell
+        if cell["cell_type"] == "code":
+            assert cell["outputs"] == [] and cell["execution_count"] is None, "outputs committed"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_first_cell_says_size_and_how_to_switch(path):
+    cells = json.loads(path.read_text())["cells"]
+    intro = "".join(cells[0]["source"])
+    assert cells[0]["cell_type"] == "markdown" and "**Size.**" in intro
+    assert 'size = "full"' in intro and "notebooks/params/full.yaml" in intro
+    params = cells[1]
+    assert "parameters" in params["metadata"].get("tags", [])
+    tree = ast.parse(_code(params))
+    names = {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+             if isinstance(t, ast.Name)}
+    names |= {e.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+              if isinstance(t, ast.Tuple) for e in t.elts}
+    assert "size" in names and 'size = "quick"' in _code(params)
+    # every full-size value is a parameter of the notebook (a typo would be silently ignored)
+    assert set(FULL.get(path.stem, {})) <= names, set(FULL.get(path.stem, {})) - names
+    # the switch is applied before anything uses the parameters
+    switch = f'globals().update(size_parameters(size, "{path.stem}"))'
+    assert switch in _code(cells[2]), f"{path.name}: cell 3 must apply the size switch"
+
+
+def test_size_parameters():
+    assert size_parameters("quick", "04_btb_replay") == {}
+    assert size_parameters("full", "03_routers_under_bursts") == FULL["03_routers_under_bursts"]
+    from btb_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="quick"):
+        size_parameters("large", "04_btb_replay")
