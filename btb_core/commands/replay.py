@@ -56,6 +56,9 @@ def register(sub) -> None:
     p.add_argument("--continuous", action="store_true",
                    help="experiment mode: also replay all windows as one continuous run")
     p.add_argument("--max-windows", type=int, default=None, help="experiment mode: first N windows only")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="experiment mode: worker processes replaying windows (default: the cores "
+                        "available, serial for a small replay; 1 = serial); results do not depend on it")
     p.add_argument("--linear", action="store_true",
                    help="cost model without the attention term (the published reference table)")
     p.add_argument("--closed-loop", action="store_true",
@@ -149,7 +152,8 @@ def _run_dataset(args) -> int:
     res = run_experiment(args.dataset, args.split, tuple(args.policy), tuple(args.setup), schedulers,
                          replicas=args.replicas, seed=args.seed, router_params=params,
                          max_windows=args.max_windows, continuous=args.continuous,
-                         progress=not args.json, attention=not args.linear)
+                         workers=args.workers, progress=not args.json,
+                         attention=not args.linear)
     if args.out is not None:
         _write_parquet(res.requests, args.out, args.overwrite)
     if args.json:
@@ -199,6 +203,12 @@ def run(args) -> int:
     _check_session_args(args)
     if args.max_windows is not None and args.max_windows < 1:
         raise ConfigError(f"--max-windows {args.max_windows}: must be >= 1 (omit it for every window)")
+    if args.workers is not None:
+        if args.dataset is None:
+            raise ConfigError("--workers is for --dataset mode (windows replayed in parallel)")
+        if args.workers < 1:
+            raise ConfigError(f"--workers {args.workers}: must be >= 1 (1 = serial; omit it for the "
+                              "cores available)")
     if args.dataset is not None:
         used = _production_flags_used(args)
         if used:
