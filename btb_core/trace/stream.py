@@ -9,10 +9,12 @@ one window at a time, so :class:`SplitWindows`:
   row as :func:`~btb_core.trace.from_table` does and interning the raw ids in order of first
   appearance over the whole split, exactly as ``load_bursted`` numbers them (so every window's
   ``hash_flat`` equals the corresponding slice of the loaded split);
-- keeps at rest the interned ids as one int32 array + int64 row offsets (36 MB on the default test
-  split) and the other columns as one Arrow table (~15 MB: no Python object per row);
-- builds a window's :class:`~btb_core.trace.Trace` on demand (:meth:`SplitWindows.window`; its ids
-  are a view of the array at rest), equal to the window ``load_bursted(...).groups("trace_id")``
+- keeps at rest the interned ids as runs of consecutive ids (int32 start + length; a row's ids are
+  a shared prefix and its own blocks, a few runs: 9.1 M ids are ~0.2 M runs, ~2 MB, on the default
+  test split) with int64 row offsets, and the other columns as one Arrow table (~19 MB: no Python
+  object per row);
+- builds a window's :class:`~btb_core.trace.Trace` on demand (:meth:`SplitWindows.window`: its
+  int32 ids expanded from the runs), equal to the window ``load_bursted(...).groups("trace_id")``
   gives (same rows, columns, dtypes, ids, name), arrivals re-based to its first one as
   :func:`btb_core.experiment.load_windows` always did.
 
@@ -136,21 +138,11 @@ class SplitWindows:
 
         from ..experiment import window_kind
 
-        # the interned ids at rest, allocated once before the pass (a bound from the parquet
-        # metadata: leaf values, an empty list counting one), so that the pass's short-lived
-        # buffers do not interleave with long-lived ones (the heap could not shrink back)
-        cap = 0
-        for f in self._files:
-            meta = pq.ParquetFile(f).metadata
-            leaf = [i for i in range(meta.num_columns) if meta.schema.column(i).path.split(".")[0] == "hash_ids"]
-            cap += sum(meta.row_group(g).column(i).num_values for g in range(meta.num_row_groups) for i in leaf)
-        flat = np.empty(cap, np.int32)
-        filled = 0
         known = None                    # sorted distinct raw ids seen so far, and their codes
         known_code = np.zeros(0, np.int64)
         parent = np.zeros(0, np.int64)  # parent code of every code (-1: a first block)
         next_code = 0
-        len_parts = []
+        len_parts, run_start_parts, run_len_parts, row_runs_parts = [], [], [], []
         win_ids, win_start = [], []     # windows in order; first global row of each
         seen = set()
         last_tid, last_t = None, None
@@ -245,19 +237,28 @@ class SplitWindows:
                     at = np.searchsorted(known, add)
                     known = np.insert(known, at, add)
                     known_code = np.insert(known_code, at, add_code)
-                if filled + len(g) > cap:
-                    raise _Fallback     # metadata disagrees with the data: read it whole
-                flat[filled:filled + len(g)] = g
-                filled += len(g)
+                # at rest as runs of consecutive ids (a row's ids are a few such runs: a shared
+                # prefix, then the row's own blocks), split at row starts
+                brk = np.zeros(len(g), bool)
+                brk[offsets[:-1][lengths > 0]] = True
+                if len(g) > 1:
+                    brk[1:] |= np.diff(g) != 1
+                at = np.flatnonzero(brk)
+                run_start_parts.append(g[at].astype(np.int32))
+                run_len_parts.append(np.diff(np.append(at, len(g))).astype(np.int32))
+                row_runs_parts.append(np.diff(np.searchsorted(at, offsets)))
                 len_parts.append(lengths)
-                del batch, h, raw, local, uniq, code, g, par, fresh
+                del batch, h, raw, local, uniq, code, g, par, fresh, brk, at
                 _release_arrow_memory()     # ~2 ms per batch
                 row0 += n
         del known, known_code, parent
-        self._flat = flat if filled == cap else flat[:filled].copy()
-        del flat
         self._offsets = np.zeros(row0 + 1, np.int64)
         np.cumsum(np.concatenate(len_parts), out=self._offsets[1:])
+        self._run_start = np.concatenate(run_start_parts)
+        self._run_len = np.concatenate(run_len_parts)
+        self._row_runs = np.zeros(row0 + 1, np.int64)       # row i's runs: [_row_runs[i], [i+1])
+        np.cumsum(np.concatenate(row_runs_parts), out=self._row_runs[1:])
+        del run_start_parts, run_len_parts, row_runs_parts, len_parts
         # the other columns, read in one go now that the pass's buffers are freed
         rest = [c for c in columns if c != "hash_ids"]
         self._rest = pa.concat_tables([pq.read_table(f, columns=rest, use_threads=False)
@@ -321,7 +322,8 @@ class SplitWindows:
         """Bytes held at rest (interned ids, offsets, the other columns in Arrow)."""
         if self._legacy is not None:
             return sum(w.memory_bytes() for w in self._legacy)
-        return self._flat.nbytes + self._offsets.nbytes + self._rest.nbytes
+        return (self._run_start.nbytes + self._run_len.nbytes + self._row_runs.nbytes
+                + self._offsets.nbytes + self._rest.nbytes)
 
     def window(self, k: int) -> Trace:
         """Window ``k`` (0-based, dataset order) as an ordinary trace, arrivals re-based to its
@@ -332,8 +334,13 @@ class SplitWindows:
         lo, hi = int(self._offsets[a]), int(self._offsets[b])
         df = self._rest.slice(a, b - a).to_pandas()
         _release_arrow_memory()
+        r0, r1 = int(self._row_runs[a]), int(self._row_runs[b])
+        starts, lens = self._run_start[r0:r1], self._run_len[r0:r1].astype(np.int64)
+        first = np.zeros(len(lens), np.int64)              # position of each run in the window
+        np.cumsum(lens[:-1], out=first[1:])
+        flat = (np.arange(hi - lo, dtype=np.int64) - np.repeat(first - starts, lens)).astype(np.int32)
         w = from_table(df, block_tokens=self.block_tokens, name=self.name, origin=self.origin,
-                       group_column=None, interned=(self._flat[lo:hi], self._offsets[a:b + 1] - lo),
+                       group_column=None, interned=(flat, self._offsets[a:b + 1] - lo),
                        row_numbers=np.arange(a, b))
         for c, dt in self._dtypes.items():
             if c in w.table.columns and w.table[c].dtype != dt:
