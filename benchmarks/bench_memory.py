@@ -35,6 +35,14 @@ HERE = Path(__file__).resolve().parent
 POLICIES = ("cache_aware", "btb")
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when inside it (no machine paths in the JSON)."""
+    try:
+        return Path(path).resolve().relative_to(HERE.parent).as_posix()
+    except ValueError:
+        return Path(path).name
+
+
 def _replay(dataset: Path, workers: int) -> dict:
     cmd = [sys.executable, "-m", "btb_core.cli", "replay", "--dataset", str(dataset), "--split", "test",
            "--policy", *POLICIES, "--setup", "70b_h100x4", "--scheduler", "prefill_first",
@@ -53,7 +61,8 @@ def _replay(dataset: Path, workers: int) -> dict:
     r = json.loads(out.stdout)
     if r["rc"] != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{r['stderr'][-2000:]}")
-    return {"command": " ".join(["btb", *cmd[3:]]), "workers": workers or "default",
+    shown = ["btb", *(_shown(dataset) if c == str(dataset) else c for c in cmd[3:])]
+    return {"command": " ".join(shown), "workers": workers or "default",
             "wall_s": round(r["wall_s"], 2), "cpu_s": round(r["cpu_s"], 2),
             "peak_rss_mb": round(r["peak_rss_mb"], 1),
             "results": json.loads(r["stdout"])["results"]}
@@ -91,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{str(r['workers']):>8} {r['wall_s']:>7.1f} {r['cpu_s']:>7.1f} {r['peak_rss_mb']:>12,.0f}  "
               f"{'met' if r['peak_rss_mb'] < 250 else 'NOT met'}")
     print(f"results identical across worker counts: {identical}")
-    payload = {"machine": machine, "dataset": str(dataset), "requests_replayed": requests,
+    payload = {"machine": machine, "dataset": _shown(dataset), "requests_replayed": requests,
                "identical_across_workers": identical,
                "runs": [{k: v for k, v in r.items() if k != "results"} for r in runs],
                "results": runs[0]["results"]}

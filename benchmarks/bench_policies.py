@@ -51,6 +51,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+#: Rows of the fleet-scale case in issue 14's goal (< 60 s on one core, < 2 GB peak RSS).
+FLEET_GOAL_ROWS = 1_000_000
+
 #: Every shipped policy but the external SGLang gateway (timed by bench_gateway.py).
 POLICIES = ("round_robin", "random", "power_of_two", "least_load", "cache_aware", "kv_aware",
             "llm_d", "btb", "btb_adaptive")
@@ -139,12 +142,18 @@ def _fleet(a) -> dict:
                 "policy": "btb", "scheduler": a.scheduler, "repeats": 1})
     row["case_wall_s_with_trace_build"] = round(time.perf_counter() - t0, 2)
     row["goal"] = "replay < 60 CPU s on one core and peak RSS < 2,048 MB (issue 14)"
-    row["goal_met"] = bool(row["cpu_s_median"] < 60 and row["peak_rss_mb"] < 2048)
+    # the goal is stated for the issue's size; a smaller cut is a measurement, not a verdict
+    row["goal_met"] = (bool(row["cpu_s_median"] < 60 and row["peak_rss_mb"] < 2048)
+                       if row["rows"] >= FLEET_GOAL_ROWS else None)
     print(f"fleet: {row['rows']:,} rows, 256 replicas, btb: replay CPU {row['cpu_s_median']:.1f} s "
           f"(wall {row['wall_s_all'][0]:.1f} s; {row['requests_per_s_cpu']:,} req/s), trace build "
           f"CPU {row['trace_build_cpu_s']:.1f} s, peak RSS {row['peak_rss_mb']:,} MB; goal < 60 s and "
-          f"< 2,048 MB: {'met' if row['goal_met'] else 'NOT met'}", flush=True)
+          f"< 2,048 MB at {FLEET_GOAL_ROWS:,} rows: {_verdict(row)}", flush=True)
     return row
+
+
+def _verdict(row: dict) -> str:
+    return {True: "met", False: "NOT met", None: "not judged (smaller cut)"}[row["goal_met"]]
 
 
 def _summarise(rows: list[dict], a, machine: dict, final: bool, fleet: dict | None = None) -> None:
@@ -185,8 +194,7 @@ def _summarise(rows: list[dict], a, machine: dict, final: bool, fleet: dict | No
         print(f"{'fleet (bursted_shaped)':<22} {fleet['replicas']:>4} {'btb':<13} "
               f"{fleet['requests_per_s_cpu']:>11,} {'':>6} {'':>6} {fleet['peak_rss_mb']:>11,.0f}   "
               f"{fleet['rows']:,} rows: replay {fleet['cpu_s_median']:.1f} CPU s / "
-              f"{fleet['wall_s_all'][0]:.1f} wall s (goal < 60 s, < 2,048 MB: "
-              f"{'met' if fleet['goal_met'] else 'NOT met'})")
+              f"{fleet['wall_s_all'][0]:.1f} wall s (goal < 60 s, < 2,048 MB: {_verdict(fleet)})")
     _write(out, payload)
 
 
@@ -228,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     fleet = None
     if a.fleet_rows > 0:
         fleet = _fleet(a)
-        _write(HERE / "results_fleet.json", {"machine": dict(machine), "case": fleet})
+        if a.out is None:
+            _write(HERE / "results_fleet.json", {"machine": dict(machine), "case": fleet})
     _summarise(rows, a, machine, final=True, fleet=fleet)
     return 0
 
