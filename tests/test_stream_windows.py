@@ -126,3 +126,26 @@ def test_experiment_tables_identical_for_1_and_2_workers(quick_dataset):
     order = one.windows[["setup", "policy", "window"]].apply(tuple, axis=1).tolist()
     assert order == [(s, p, w) for s in kw["setups"] for p in kw["policies"]
                      for w in one.windows["window"].unique()]
+
+
+def test_replay_cli_workers_flag(quick_dataset, tmp_path, capsys):
+    from btb_core.cli import main
+
+    assert main(["replay", "--dataset", str(quick_dataset), "--policy", "cache_aware", "--workers", "0"]) == 2
+    assert "--workers 0: must be >= 1" in capsys.readouterr().err
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n')
+    assert main(["replay", "--trace", str(trace), "--workers", "2"]) == 2
+    assert "--workers is for --dataset mode" in capsys.readouterr().err
+    # an existing --out is refused before the replay runs, not after it
+    out = tmp_path / "req.parquet"
+    out.write_bytes(b"keep")
+    assert main(["replay", "--dataset", str(quick_dataset), "--policy", "cache_aware", "--out", str(out),
+                 "--workers", "1", "--json"]) == 2
+    assert "exists; pass --overwrite" in capsys.readouterr().err and out.read_bytes() == b"keep"
+    assert main(["replay", "--dataset", str(quick_dataset), "--policy", "cache_aware", "--workers", "2",
+                 "--json"]) == 0
+    two = json.loads(capsys.readouterr().out)
+    assert main(["replay", "--dataset", str(quick_dataset), "--policy", "cache_aware", "--workers", "1",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == two

@@ -112,6 +112,12 @@ def _production_flags_used(args) -> list[str]:
 def _write_parquet(df, out: Path, overwrite: bool) -> None:
     """Write ``df`` to ``out`` atomically; refuse a directory, and an existing file without
     ``overwrite``."""
+    _check_out(out, overwrite)
+    atomic_write_bytes(out, df.to_parquet(index=False))
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    """The checks of :func:`_write_parquet`, run before a long replay as well as before writing."""
     if out.is_dir():
         raise ConfigError(f"--out {out} is a directory; give a file name such as {out / 'requests.parquet'}")
     from ..manifest import enclosing_dataset
@@ -122,7 +128,6 @@ def _write_parquet(df, out: Path, overwrite: bool) -> None:
                           "it (choose a path outside it)")
     if out.exists() and not overwrite:
         raise ConfigError(f"{out} exists; pass --overwrite to replace it")
-    atomic_write_bytes(out, df.to_parquet(index=False))
 
 
 def _run_dataset(args) -> int:
@@ -149,6 +154,8 @@ def _run_dataset(args) -> int:
         if unused:
             raise ConfigError(f"--router-param {unused[0]!r} is not a parameter of any of the policies "
                               f"{', '.join(args.policy)}")
+    if args.out is not None:
+        _check_out(args.out, args.overwrite)     # before the replay, not after it
     res = run_experiment(args.dataset, args.split, tuple(args.policy), tuple(args.setup), schedulers,
                          replicas=args.replicas, seed=args.seed, router_params=params,
                          max_windows=args.max_windows, continuous=args.continuous,
