@@ -1,18 +1,18 @@
 """Windows of a Bursted dataset split read in one streamed pass, handed out one window at a time.
 
 :func:`~btb_core.trace.load_bursted` reads a whole split into one :class:`~btb_core.trace.Trace`
-(a pandas table with one numpy array per row, then one interning pass over every id): the default
-test split (70,800 rows, 9.1 M block ids) costs ~500 MB at its peak. A dataset-mode replay needs
-one window at a time, so :class:`SplitWindows`:
+(a pandas table with one numpy array per row, then one interning pass over every id): on the
+default test split (70,800 rows, 8.2 M block ids) ``btb replay --dataset`` peaked at ~650 MB. A
+dataset-mode replay needs one window at a time, so :class:`SplitWindows`:
 
 - reads the split once in record batches of :data:`_BATCH_ROWS` rows (pyarrow), validating every
   row as :func:`~btb_core.trace.from_table` does and interning the raw ids in order of first
   appearance over the whole split, exactly as ``load_bursted`` numbers them (so every window's
   ``hash_flat`` equals the corresponding slice of the loaded split);
 - keeps at rest the interned ids as runs of consecutive ids (int32 start + length; a row's ids are
-  a shared prefix and its own blocks, a few runs: 9.1 M ids are ~0.2 M runs, ~2 MB, on the default
-  test split) with int64 row offsets, and the other columns as one Arrow table (~19 MB: no Python
-  object per row);
+  a shared prefix and its own blocks, a few runs: the 8.2 M ids of the default test split are
+  0.14 M runs, 2.3 MB with the int64 row offsets), and the other columns as one Arrow table
+  (~19 MB: no Python object per row);
 - builds a window's :class:`~btb_core.trace.Trace` on demand (:meth:`SplitWindows.window`: its
   int32 ids expanded from the runs), equal to the window ``load_bursted(...).groups("trace_id")``
   gives (same rows, columns, dtypes, ids, name), arrivals re-based to its first one as
