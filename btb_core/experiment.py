@@ -304,8 +304,8 @@ def _run_and_collect(cell: Cell, trace) -> dict:
     return out
 
 
-#: Below this many replayed requests (cells x window rows) the default is serial: starting worker
-#: processes costs more than it saves (~0.5 s each on the 2-core machine of the README).
+#: Below this many replayed requests (cells x window rows) the default is serial: a small replay
+#: takes a few seconds, and starting workers and shipping results back would be most of it.
 POOL_MIN_REQUESTS = 20_000
 
 
