@@ -73,16 +73,20 @@ $(LAB_STAMP): $(STAMP)
 lab: $(LAB_STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
-## Every policy's replay speed on two traces at 4/16/64 replicas (benchmarks/bench_policies.py;
-## sizes are its flags: BENCH_ARGS="--windows 30 --mooncake-rows 0"), then simulator and audit speed.
+## Every policy's replay speed on two traces at 4/16/64 replicas, then the fleet-scale case
+## (1,000,000 Bursted-shaped rows, 256 replicas, btb; FLEET_ROWS=N for another size)
+## (benchmarks/bench_policies.py; sizes are its flags: BENCH_ARGS="--windows 30 --mooncake-rows 0"),
+## the test-split replay's peak memory (bench_memory.py), then simulator and audit speed.
+FLEET_ROWS ?= 1000000
 bench: install
-	$(BIN)/python benchmarks/bench_policies.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/bench_policies.py --fleet-rows $(FLEET_ROWS) $(BENCH_ARGS)
+	$(BIN)/python benchmarks/bench_memory.py
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_audit.py
 
-## Fleet scale: a 1,000,000-row Bursted-shaped trace on 256 replicas with btb (slow).
+## Fleet scale only: FLEET_ROWS (default 1,000,000) Bursted-shaped rows on 256 replicas with btb.
 bench-fleet: install
-	$(BIN)/python benchmarks/bench_policies.py --fleet $(BENCH_ARGS)
+	$(BIN)/python benchmarks/bench_policies.py --fleet --fleet-rows $(FLEET_ROWS) $(BENCH_ARGS)
 
 clean:
 	rm -rf build .pytest_cache

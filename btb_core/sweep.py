@@ -42,7 +42,7 @@ import pandas as pd
 
 from .errors import ConfigError
 from .fileio import atomic_write_bytes, dir_lock, ensure_dir, jsonable
-from .experiment import BASELINE_POLICY, Cell, check_names, load_windows, run_cell, window_by_id
+from .experiment import BASELINE_POLICY, Cell, check_names, run_cell, split_windows, window_by_id
 
 #: Fields a grid file may have.
 GRID_KEYS = frozenset({"dataset", "split", "max_windows", "setups", "schedulers", "replicas", "seed",
@@ -156,10 +156,13 @@ class Grid:
         return cls.from_dict(spec, base_dir=path.parent, out=out)
 
     def cells(self) -> list[Cell]:
-        windows = load_windows(self.dataset, self.split, self.max_windows)
+        src = split_windows(self.dataset, self.split)    # window ids only: no trace is built
+        n = len(src) if self.max_windows is None else min(self.max_windows, len(src))
+        if not n:
+            raise ConfigError(f"{self.dataset}: split {self.split!r} has no windows")
         return [Cell(s, sch, pol, wid, r, params, self.seed)
                 for s in self.setups for sch in self.schedulers for r in self.replicas
-                for pol, params in self.policies for wid, _, _ in windows]
+                for pol, params in self.policies for wid in src.ids[:n]]
 
 
 def cell_id(cell: Cell) -> str:

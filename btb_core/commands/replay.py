@@ -68,6 +68,9 @@ def register(sub) -> None:
     p.add_argument("--continuous", action="store_true",
                    help="experiment mode: also replay all windows as one continuous run")
     p.add_argument("--max-windows", type=int, default=None, help="experiment mode: first N windows only")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="experiment mode: worker processes replaying windows (default: the cores "
+                        "available, serial for a small replay; 1 = serial); results do not depend on it")
     p.add_argument("--linear", action="store_true",
                    help="cost model without the attention term (the published reference table)")
     p.add_argument("--closed-loop", action="store_true",
@@ -122,6 +125,12 @@ def _production_flags_used(args) -> list[str]:
 def _write_parquet(df, out: Path, overwrite: bool) -> None:
     """Write ``df`` to ``out`` atomically; refuse a directory, and an existing file without
     ``overwrite``."""
+    _check_out(out, overwrite)
+    atomic_write_bytes(out, df.to_parquet(index=False))
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    """The checks of :func:`_write_parquet`, run before a long replay as well as before writing."""
     if out.is_dir():
         raise ConfigError(f"--out {out} is a directory; give a file name such as {out / 'requests.parquet'}")
     from ..manifest import enclosing_dataset
@@ -132,7 +141,6 @@ def _write_parquet(df, out: Path, overwrite: bool) -> None:
                           "it (choose a path outside it)")
     if out.exists() and not overwrite:
         raise ConfigError(f"{out} exists; pass --overwrite to replace it")
-    atomic_write_bytes(out, df.to_parquet(index=False))
 
 
 #: Columns of the dataset-mode table (``--wide``: all of them; ``--json``: every metric).
@@ -165,10 +173,13 @@ def _run_dataset(args) -> int:
         if unused:
             raise ConfigError(f"--router-param {unused[0]!r} is not a parameter of any of the policies "
                               f"{', '.join(args.policy)}")
+    if args.out is not None:
+        _check_out(args.out, args.overwrite)     # before the replay, not after it
     res = run_experiment(args.dataset, args.split, tuple(args.policy), tuple(args.setup), schedulers,
                          replicas=args.replicas, seed=args.seed, router_params=params,
                          max_windows=args.max_windows, continuous=args.continuous,
-                         progress=not args.json, attention=not args.linear)
+                         workers=args.workers, progress=not args.json,
+                         attention=not args.linear)
     if args.out is not None:
         _write_parquet(res.requests, args.out, args.overwrite)
     if args.json:
@@ -217,6 +228,12 @@ def run(args) -> int:
     _check_session_args(args)
     if args.max_windows is not None and args.max_windows < 1:
         raise ConfigError(f"--max-windows {args.max_windows}: must be >= 1 (omit it for every window)")
+    if args.workers is not None:
+        if args.dataset is None:
+            raise ConfigError("--workers is for --dataset mode (windows replayed in parallel)")
+        if args.workers < 1:
+            raise ConfigError(f"--workers {args.workers}: must be >= 1 (1 = serial; omit it for the "
+                              "cores available)")
     if args.dataset is not None:
         used = _production_flags_used(args)
         if used:

@@ -238,6 +238,29 @@ def _read_parquet(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
         raise TraceError(f"{path}: cannot read parquet ({type(exc).__name__}: {exc})") from None
 
 
+def _bursted_files(path: Path, split: str | None):
+    """``(files, root, manifest_dir, manifest)`` of a Bursted file or directory (split filter and
+    manifest checks of :func:`load_bursted`, shared with :mod:`btb_core.trace.stream`)."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    if path.is_dir():
+        files = sorted(path.rglob("*.parquet"))
+        if split is not None:
+            files = [f for f in files if f.stem == split or f.stem.startswith(f"{split}-")
+                     or f.parent.name == split]
+        if not files:
+            raise TraceError(f"{path}: no parquet files" + (f" for split {split!r}" if split else ""))
+        manifest_dir = path
+    else:
+        files = [path]
+        manifest_dir = path.parent
+    root = path if path.is_dir() else path.parent
+    manifest = read_manifest(root)
+    if manifest is not None:  # a directory `btb synth` wrote: its files must be the ones it wrote
+        verify_files(root, manifest, files)
+    return files, root, manifest_dir, manifest
+
+
 def load_bursted(path: str | Path, split: str | None = None, *, block_tokens: int | None = None,
                  strict: bool = False, name: str | None = None) -> Trace:
     """Load Bursted rows written by the dataset generator (``btb synth``).
@@ -270,23 +293,7 @@ def load_bursted(path: str | Path, split: str | None = None, *, block_tokens: in
         manifest, or rows whose ``split`` is not the file's split.
     """
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such file or directory")
-    if path.is_dir():
-        files = sorted(path.rglob("*.parquet"))
-        if split is not None:
-            files = [f for f in files if f.stem == split or f.stem.startswith(f"{split}-")
-                     or f.parent.name == split]
-        if not files:
-            raise TraceError(f"{path}: no parquet files" + (f" for split {split!r}" if split else ""))
-        manifest_dir = path
-    else:
-        files = [path]
-        manifest_dir = path.parent
-    root = path if path.is_dir() else path.parent
-    manifest = read_manifest(root)
-    if manifest is not None:  # a directory `btb synth` wrote: its files must be the ones it wrote
-        verify_files(root, manifest, files)
+    files, root, manifest_dir, manifest = _bursted_files(path, split)
     frames = [_read_parquet(f) for f in files]
     if manifest is not None:
         split_of = {f["path"]: s for s, f in listed_files(manifest).items()}

@@ -192,6 +192,7 @@ def make_trace(arrival_s: Any, input_length: Any, output_length: Any, hash_ids: 
                strict: bool = False, has_prefix_info: bool | None = None,
                origin: str | None = None, line_numbers: Sequence[int] | None = None,
                check_block_count: bool = True, group_column: str | None = None,
+               interned: tuple[np.ndarray, np.ndarray] | None = None, row_unit: str = "line",
                **optional_columns: Any) -> Trace:
     """Build a validated :class:`Trace` from per-row sequences.
 
@@ -221,6 +222,12 @@ def make_trace(arrival_s: Any, input_length: Any, output_length: Any, hash_ids: 
         Check ``len(hash_ids)`` against ``ceil(input_length / block_tokens)``.
     group_column : str, optional
         Sort check within contiguous groups of this column instead of globally (Bursted splits).
+    interned : (numpy.ndarray, numpy.ndarray), optional
+        Ids already interned and chained (``hash_flat`` int32 of shape (m,), ``hash_offsets``
+        int64 of shape (n + 1,)), used as they are instead of ``hash_ids`` (which must be None);
+        the rows must then be sorted (a dataset window streamed by :mod:`btb_core.trace.stream`).
+    row_unit : str
+        Word for ``line_numbers`` in messages (``"line"``; ``"row"`` for 0-based table rows).
     **optional_columns : sequence, shape (n,)
         ``session_id``, ``group_id``, ``source``, ``trace_id``, ``split``, ``metadata`` (or any
         extra column), kept as given.
@@ -236,7 +243,7 @@ def make_trace(arrival_s: Any, input_length: Any, output_length: Any, hash_ids: 
         arrival; non-list hash ids; ``len(hash_ids)`` inconsistent with the block size; unsorted
         arrivals with ``strict=True``. Messages name the file/row (or line), field and value.
     """
-    where = _Where(origin or name, line_numbers)
+    where = _Where(origin or name, line_numbers, row_unit)
     n = len(arrival_s)
     if n == 0:
         raise TraceError(f"{origin or name}: empty trace (no requests)")
@@ -248,7 +255,17 @@ def make_trace(arrival_s: Any, input_length: Any, output_length: Any, hash_ids: 
     t = _time_column(arrival_s, "arrival_s", where, max_s=MAX_ARRIVAL_S)
     inp = _int_column(input_length, "input_length", where)
     out = _int_column(output_length, "output_length", where)
-    raw_flat, offsets = _flatten_hash_ids(hash_ids, n, where)
+    if interned is not None:
+        if hash_ids is not None:
+            raise TypeError("make_trace: give hash_ids or interned=, not both")
+        raw_flat, offsets = interned
+        if offsets.shape != (n + 1,):
+            raise TraceError(f"{origin or name}: interned offsets have shape {offsets.shape}, "
+                             f"expected ({n + 1},)")
+        if has_prefix_info is None:
+            has_prefix_info = True
+    else:
+        raw_flat, offsets = _flatten_hash_ids(hash_ids, n, where)
     if has_prefix_info is None:
         has_prefix_info = hash_ids is not None
     if has_prefix_info and check_block_count:
@@ -295,6 +312,8 @@ def make_trace(arrival_s: Any, input_length: Any, output_length: Any, hash_ids: 
         warnings.warn(msg + f"; sorted {n} rows by arrival (stable)", TraceWarning, stacklevel=2)
         order = np.lexsort(order_key[::-1]) if len(order_key) > 1 else np.argsort(t, kind="stable")
 
+    if order is not None and interned is not None:
+        raise TraceError(msg + " (interned rows must come sorted)")
     if order is not None:
         t, inp, out, rid = t[order], inp[order], out[order], rid[order]
         lengths = np.diff(offsets)[order]
@@ -305,7 +324,10 @@ def make_trace(arrival_s: Any, input_length: Any, output_length: Any, hash_ids: 
         np.cumsum(lengths, out=offsets[1:])
         extras = {k: _take_seq(v, order) for k, v in extras.items()}
 
-    ids, _ = _intern_chained(raw_flat, offsets)
+    if interned is not None:
+        ids = np.ascontiguousarray(raw_flat, dtype=np.int32)
+    else:
+        ids, _ = _intern_chained(raw_flat, offsets)
     ids.flags.writeable = False
     views = np.empty(n, dtype=object)
     for i in range(n):
@@ -348,11 +370,15 @@ def _as_column(vals: Any) -> Any:
 
 def from_table(table: pd.DataFrame, *, block_tokens: int, name: str = "trace", strict: bool = False,
                origin: str | None = None, group_column: str | None = None,
-               has_prefix_info: bool | None = None) -> Trace:
+               has_prefix_info: bool | None = None,
+               interned: tuple[np.ndarray, np.ndarray] | None = None,
+               row_numbers: np.ndarray | None = None) -> Trace:
     """Build a :class:`Trace` from a DataFrame holding the trace-table columns.
 
     ``hash_ids`` may be missing (no prefix info); any other columns are kept as extra columns.
-    Error messages name ``origin`` and the 0-based row.
+    Error messages name ``origin`` and the 0-based row (``row_numbers[i]`` for row ``i`` when
+    given: a slice of a larger table). ``interned``: see :func:`make_trace` (``hash_ids`` is then
+    not read).
     """
     missing = [c for c in ("arrival_s", "input_length", "output_length") if c not in table.columns]
     if missing:
@@ -360,8 +386,9 @@ def from_table(table: pd.DataFrame, *, block_tokens: int, name: str = "trace", s
                          f"{list(table.columns)})")
     extra = {c: table[c].to_numpy() for c in table.columns if c not in CORE_COLUMNS}
     rid = table["request_id"].to_numpy() if "request_id" in table.columns else None
-    hids = table["hash_ids"].to_numpy() if "hash_ids" in table.columns else None
+    hids = table["hash_ids"].to_numpy() if "hash_ids" in table.columns and interned is None else None
     return make_trace(table["arrival_s"].to_numpy(), table["input_length"].to_numpy(),
                       table["output_length"].to_numpy(), hids, block_tokens=block_tokens, name=name,
                       request_id=rid, strict=strict, origin=origin, group_column=group_column,
-                      has_prefix_info=has_prefix_info, **extra)
+                      has_prefix_info=has_prefix_info, interned=interned,
+                      line_numbers=row_numbers, row_unit="row", **extra)
