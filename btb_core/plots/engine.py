@@ -38,12 +38,14 @@ def calibration_chart(fit: pd.DataFrame, curve: pd.DataFrame) -> alt.HConcatChar
                     tooltip=["input_length", alt.Tooltip("ttft_s:Q", format=".3f"),
                              alt.Tooltip("fitted_ttft_s:Q", format=".3f")])
             ).properties(width=300, height=260, title="Cold prompt: measured (points), fitted (line)")
+    # legend in numeric order (256, 1024, 2048 new tokens), not as text
+    order = [f"{n} new tokens" for n in sorted(set(warm_curve["new_tokens"]) | set(warm["new_tokens"]))]
     right = (alt.Chart(warm_curve).mark_line()
              .encode(x=alt.X("cached_tokens:Q", title="cached context (tokens)"),
                      y=alt.Y("fitted_ttft_s:Q", title="TTFT (s)"),
-                     color=alt.Color("series:N", title=None))
+                     color=alt.Color("series:N", title=None, sort=order))
              + alt.Chart(warm).mark_point(filled=True, size=60)
-             .encode(x="cached_tokens:Q", y="ttft_s:Q", color="series:N",
+             .encode(x="cached_tokens:Q", y="ttft_s:Q", color=alt.Color("series:N", sort=order),
                      tooltip=["cached_tokens", "new_tokens", alt.Tooltip("ttft_s:Q", format=".3f"),
                               alt.Tooltip("fitted_ttft_s:Q", format=".3f")])
              ).properties(width=300, height=260, title="New tokens after a cached prefix")
