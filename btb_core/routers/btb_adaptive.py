@@ -285,21 +285,29 @@ class BTBAdaptiveRouter(Router):
         minimises) is the predicted TTFT plus, under ``chunked``, the delay the request adds to the
         requests already waiting there (they share its iteration), plus a large penalty at or above
         ``kv_full_fraction``."""
-        scores, t, special, now = self._predict(request)
-        out = []
-        for r in range(self.view.num_replicas):
-            p = special.get(r)
-            out.append(p if p is not None else (float(scores[r]), float(t[r]), "cold", 0, now))
-        return out
+        scores, t, reused, special, now = self._predict(request)
+        return [self._entry(r, scores, t, reused, special, now)
+                for r in range(self.view.num_replicas)]
+
+    @staticmethod
+    def _entry(r, scores, t, reused, special, now):
+        p = special.get(r)
+        if p is not None:
+            return p
+        m = int(reused[r])
+        return (float(scores[r]), float(t[r]), "warm" if m else "cold", m, now)
 
     def _predict(self, request):
-        """:meth:`predict` for every replica at once: ``(scores, ttft, special, now)``, with
-        ``scores`` and ``ttft`` float64 arrays over replicas and ``special`` the full tuples of
-        the replicas that hold, will hold or are receiving some of the prompt's blocks (one walk
-        of the view's holder index and of the pending book each). Every other replica is cold
-        (reuses nothing, starts now), and its score is computed for all of them at once with the
-        same IEEE-754 operations in the same order as :meth:`_predict_one`, so both agree bit for
-        bit."""
+        """:meth:`predict` for every replica at once: ``(scores, ttft, reused, special, now)``.
+
+        ``scores`` and ``ttft`` are float64 arrays over replicas, ``reused`` int64 blocks, and
+        ``special`` the full tuples of the replicas whose choice needs the per-replica rule of
+        :meth:`_predict_one` (a prefix part in DRAM worth loading, or a copy landing there). The
+        matches come from one walk of the view's holder index and of the pending book each. Every
+        other replica reuses ``max(HBM match, pending depth)`` blocks (0: cold), starts now, and is
+        scored for all replicas at once with the same IEEE-754 operations in the same order as
+        :meth:`_predict_one` (the cost model is asked once per distinct reuse depth), so both agree
+        bit for bit."""
         v = self.view
         bt = self.bt
         ids = request.hash_ids
@@ -309,38 +317,63 @@ class BTBAdaptiveRouter(Router):
         n = v.num_replicas
         usage = kv_usage_all(v)
         special = {}
+        reused = np.zeros(n, np.int64)
         if limit > 0:
-            hbm = cached_blocks_all(v, ids, ("hbm",))
-            hbm_dram = cached_blocks_all(v, ids, ("hbm", "dram"))
+            both = getattr(v, "cached_blocks_hbm_dram", None)
+            if both is not None:
+                hbm, hbm_dram = both(ids)
+            else:
+                hbm = cached_blocks_all(v, ids, ("hbm",))
+                hbm_dram = cached_blocks_all(v, ids, ("hbm", "dram"))
             pend = self._pend.depths(ids, limit)
-            rs = set(hbm_dram)
-            rs.update(pend)
-            rs.update(r for r, inc in enumerate(self._incoming) if inc)
-            for r in rs:
+            for r, inc in enumerate(self._incoming):
+                if inc:
+                    special[r] = None
+            for r, md in hbm_dram.items():
+                if r in special:
+                    continue
+                m = hbm.get(r, 0)
+                if m > limit:
+                    m = limit
+                if (md if md < limit else limit) > m:
+                    special[r] = None           # DRAM holds more: load or recompute, per replica
+                    continue
+                p = pend.get(r, 0)
+                reused[r] = p if p > m else m
+            for r, p in pend.items():
+                if r not in special and r not in hbm_dram:
+                    reused[r] = p
+            for r in special:
                 special[r] = self._predict_one(r, ids, isl, limit, now, hbm.get(r, 0),
                                                hbm_dram.get(r, 0), pend.get(r, 0), usage[r])
-        # cold replicas: m = 0, no extra, ready now
         free = np.array(self._free_at)
         wait = np.where(free > now, free - now, 0.0)
-        own0 = self.cost.prefill_s(isl, 0) * self.prefill_error
+        depths, inv = np.unique(reused, return_inverse=True)
+        own0, iters_g, cap = [], [], []
+        for d in depths.tolist():
+            new = isl - d * bt
+            t0 = self.cost.prefill_s(new, d * bt) * self.prefill_error
+            if self.chunked:
+                iters = max(1, -(-new // self.chunk_tokens))
+                t0 = max(t0, iters * self._decode_a)
+                iters_g.append(iters * self._decode_g)
+                cap.append(self.chunk_tokens // max(1, new))
+            own0.append(t0)
+        own = np.array(own0)[inv]
         if self.chunked:
-            iters = max(1, -(-isl // self.chunk_tokens))
-            own = max(own0, iters * self._decode_a) + (iters * self._decode_g) * np.array(
-                self._decoding, np.float64)
-        else:
-            own = np.full(n, own0)
+            own = own + np.array(iters_g)[inv] * np.array(self._decoding, np.float64)
         t = (wait + 0.0) + own
         scores = t.copy()
         if self.chunked:
             queued = np.array([len(o) for o in self._out], np.int64)
-            share = np.minimum(queued - 1, self.chunk_tokens // max(1, isl))
+            share = np.minimum(queued - 1, np.array(cap, np.int64)[inv])
             add = (queued > 0) & (share > 0)
             scores[add] += own[add] * share[add]
         scores[np.array(usage) >= self.kv_full_fraction] += 1e6
         for r, p in special.items():
             scores[r] = p[0]
             t[r] = p[1]
-        return scores, t, special, now
+        return scores, t, reused, special, now
 
     def _predict_one(self, r, ids, isl, limit, now, m, md, p, usage):
         """One replica's :meth:`predict` tuple, given its HBM match ``m``, HBM+DRAM match
@@ -663,10 +696,9 @@ class BTBAdaptiveRouter(Router):
                 act = self._active[key] = _Active(key, tuple(request.hash_ids[:depth]), node, now)
             act.last_s = now
             self._size_warm_set(act, request)
-        scores, ttft, special, now = self._predict(request)
+        scores, ttft, reused, special, now = self._predict(request)
         r = self._argmin_scores(scores)
-        p = special.get(r)
-        _score, t, kind, m, ready = p if p is not None else (None, float(ttft[r]), "cold", 0, now)
+        _score, t, kind, m, ready = self._entry(r, scores, ttft, reused, special, now)
         # book it
         bt = self.bt
         service = self.service_s(int(request.input_length) - m * bt, m * bt, r)

@@ -76,7 +76,7 @@ class HolderIndex:
 
     # -- queries -------------------------------------------------------------------------------
     def matched(self, caches, starts, lens, n: int, use_hbm: bool = True,
-                use_dram: bool = False) -> dict[int, int]:
+                use_dram: bool = False, hbm_too: bool = False):
         """Leading blocks of a path present on each replica, for replicas where that is >= 1.
 
         Parameters
@@ -89,12 +89,15 @@ class HolderIndex:
             Blocks of the path to consider (its first ``n``).
         use_hbm, use_dram : bool
             Tiers counted (a block counts if it sits in any counted tier).
+        hbm_too : bool
+            With ``use_hbm`` and ``use_dram``: also return the HBM-only answer (same walk).
 
         Returns
         -------
         dict[int, int]
             ``{replica: blocks in [1, n]}``: equal to ``caches[r].matched_blocks(starts, lens, n,
             tiers)`` for every replica it names, and that value is 0 for every replica it omits.
+            With ``hbm_too``, a pair ``(HBM only, HBM and DRAM)`` of such dicts.
 
         Notes
         -----
@@ -104,54 +107,64 @@ class HolderIndex:
         """
         out: dict[int, int] = {}
         if n <= 0 or not starts:
-            return out
+            return ({}, out) if hbm_too else out
         hbm = self.hbm
+        drops = []            # (piece k, replicas whose HBM part stops inside piece k)
         if use_hbm:
             d = hbm.get(starts[0])
             if d:
                 c = lens[0] if lens[0] < n else n
                 alive = []
+                stop = []
                 for r, h in d.items():
                     if h >= c:
                         alive.append(r)
                     else:
                         out[r] = h
+                        stop.append(r)
+                if stop:
+                    drops.append((0, stop))
                 pos = c
                 k = 1
                 npieces = len(starts)
                 while alive and pos < n and k < npieces:
                     d = hbm.get(starts[k])
-                    ln = lens[k]
-                    c = ln if ln < n - pos else n - pos
                     if not d:
-                        for r in alive:
-                            out[r] = pos
+                        out.update(dict.fromkeys(alive, pos))
+                        drops.append((k, alive))
                         alive = []
                         break
+                    ln = lens[k]
+                    c = ln if ln < n - pos else n - pos
                     nxt = []
+                    stop = []
                     for r in alive:
                         h = d.get(r, 0)
                         if h >= c:
                             nxt.append(r)
                         else:
                             out[r] = pos + h
+                            stop.append(r)
+                    if stop:
+                        drops.append((k, stop))
                     alive = nxt
                     pos += c
                     k += 1
-                for r in alive:
-                    out[r] = pos
+                if alive:
+                    out.update(dict.fromkeys(alive, pos))
         if not use_dram or not self.dram:
-            return out
+            return (out, dict(out)) if hbm_too else out
+        hbm_only = dict(out) if hbm_too else None
         # DRAM: a replica continues past its HBM part only if its DRAM holds the next block; ask
-        # its cache exactly where some block of the run at that position sits in its DRAM
+        # its cache exactly where its DRAM holds some block of the run at that position
         dram = self.dram
         tiers = ("hbm", "dram") if use_hbm else ("dram",)
-        for r, m in out.items():
-            if m < n:
-                run = _run_at(starts, lens, m)
-                dr = dram.get(run)
-                if dr is not None and r in dr:
-                    out[r] = caches[r].matched_blocks(starts, lens, n, tiers)
+        for k, stop in drops:
+            dr = dram.get(starts[k])
+            if dr:
+                for r in stop:
+                    if r in dr:
+                        out[r] = caches[r].matched_blocks(starts, lens, n, tiers)
         d0 = dram.get(starts[0])
         if d0:
             for r in d0:
@@ -159,16 +172,7 @@ class HolderIndex:
                     m = caches[r].matched_blocks(starts, lens, n, tiers)
                     if m:
                         out[r] = m
-        return out
-
-
-def _run_at(starts, lens, pos: int) -> int:
-    """Run start id of the piece holding path position ``pos``."""
-    k = 0
-    while pos >= lens[k]:
-        pos -= lens[k]
-        k += 1
-    return starts[k]
+        return (hbm_only, out) if hbm_too else out
 
 
 __all__ = ["HolderIndex"]

@@ -175,6 +175,12 @@ class LaggedView(ClusterView):
         return self.mirror_index.matched(caches, pieces[0], pieces[1], len(hash_ids),
                                          "hbm" in tiers, "dram" in tiers)
 
+    def cached_blocks_hbm_dram(self, hash_ids) -> tuple[dict, dict]:
+        if self.mirrors is None:
+            return super().cached_blocks_hbm_dram(hash_ids)
+        return (self.cached_blocks_all(hash_ids, ("hbm",)),
+                self.cached_blocks_all(hash_ids, ("hbm", "dram")))
+
     # -- load figures --------------------------------------------------------------------------
     def snapshot(self) -> None:
         """Take the load figures of every replica now (called every ``load_lag_s`` seconds)."""

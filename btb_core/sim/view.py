@@ -164,6 +164,15 @@ class ClusterView:
         return sim.holder_index.matched(caches, pieces[0], pieces[1], len(hash_ids),
                                         "hbm" in tiers, "dram" in tiers)
 
+    def cached_blocks_hbm_dram(self, hash_ids: Sequence[int]) -> tuple[dict, dict]:
+        """``(cached_blocks_all(hash_ids, ("hbm",)), cached_blocks_all(hash_ids, ("hbm",
+        "dram")))`` from one walk."""
+        pieces = self.pieces(hash_ids)
+        if pieces is None:
+            return (self._scan_all(hash_ids, ("hbm",)), self._scan_all(hash_ids, ("hbm", "dram")))
+        return self._sim.holder_index.matched([rep.cache for rep in self._replicas], pieces[0],
+                                              pieces[1], len(hash_ids), True, True, True)
+
     def _scan_all(self, hash_ids, tiers) -> dict[int, int]:
         """:meth:`cached_blocks_all` by asking every replica (the reference answer)."""
         out = {}
