@@ -118,11 +118,11 @@ PATHS += [PATHS[0][:2] + ("q0", "q1"), PATHS[0][:4] + ("r0",), ("s0",)]
 
 
 @settings(max_examples=200, deadline=None)
-@given(ops=st.lists(st.tuples(st.booleans(), st.integers(0, 3), st.integers(0, len(PATHS) - 1),
-                              st.integers(1, 6)), max_size=40),
+@given(ops=st.lists(st.tuples(st.booleans(), st.integers(0, 7), st.integers(0, len(PATHS) - 1),
+                              st.integers(1, 6)), max_size=60),
        query=st.integers(0, len(PATHS) - 1), limit=st.integers(0, 7))
 def test_book_depths_equal_a_binary_search_per_replica(ops, query, limit):
-    book = BookHolders(4)
+    book = BookHolders(8)   # more than 4 holders of a block: the bisection on set sizes
     added = []
     for add, r, p, cut in ops:
         ids = PATHS[p][:cut]

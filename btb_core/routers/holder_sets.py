@@ -39,16 +39,16 @@ class BookHolders:
     def add(self, replica: int, ids) -> int:
         """Count every id of ``ids`` once more on ``replica``; returns how many were new there."""
         book = self.books[replica]
-        holders = self.holders
+        get = book.get
         new = 0
         for h in ids:
-            c = book.get(h)
+            c = get(h)
             if c is None:
                 book[h] = 1
                 new += 1
-                d = holders.get(h)
+                d = self.holders.get(h)
                 if d is None:
-                    holders[h] = {replica: None}
+                    self.holders[h] = {replica: None}
                 else:
                     d[replica] = None
             else:
@@ -56,21 +56,22 @@ class BookHolders:
         return new
 
     def remove(self, replica: int, ids) -> int:
-        """Undo :meth:`add` of ``ids`` on ``replica``; returns how many ids left its book."""
+        """Undo :meth:`add` of ``ids`` on ``replica`` (ids it does not hold are ignored);
+        returns how many ids left its book."""
         book = self.books[replica]
-        holders = self.holders
+        get = book.get
         gone = 0
         for h in ids:
-            c = book.get(h, 0) - 1
+            c = get(h, 0) - 1
             if c > 0:
                 book[h] = c
             elif c == 0:
                 del book[h]
                 gone += 1
-                d = holders[h]
+                d = self.holders[h]
                 del d[replica]
                 if not d:
-                    del holders[h]
+                    del self.holders[h]
         return gone
 
     def drop_replica(self, replica: int) -> None:
@@ -97,6 +98,19 @@ class BookHolders:
         first = holders.get(ids[0])
         if not first:
             return {}
+        if len(first) <= 4:   # few holders: a binary search in each one's book is cheaper
+            out: dict[int, int] = {}
+            for r in first:
+                book = self.books[r]
+                lo, hi = 1, n
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if ids[mid - 1] in book:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                out[r] = lo
+            return out
         # size(k) = replicas holding the first k ids; non-increasing in k. Find every k in [1, n)
         # where it drops (and the set of replicas that stop there) by bisection on the sizes.
         sizes = {1: len(first)}
@@ -120,7 +134,7 @@ class BookHolders:
             mid = (lo + hi) // 2
             stack.append((mid, hi))
             stack.append((lo, mid))
-        out: dict[int, int] = {}
+        out = {}
         for k in drops:
             nxt = holders.get(ids[k])
             left = holders[ids[k - 1]].keys() - (nxt.keys() if nxt else ())

@@ -54,6 +54,10 @@ from .cache_aware import parse_tiers
 from .params import RouterParam, check_range
 
 
+#: Up to this many replicas the logits are computed replica by replica (same values as numpy's).
+_SCALAR_MAX = 8
+
+
 class KvAwareRouter(Router):
     """NVIDIA Dynamo KV router cost function (see the module docstring).
 
@@ -146,16 +150,33 @@ class KvAwareRouter(Router):
         ids = request.hash_ids
         req_blocks = math.ceil(isl / bt)
         w = self.overlap_score_weight
+        found = cached_blocks_all(v, ids, self.overlap_tiers)
+        router_book = self.active_blocks == "router"
+        if router_book:
+            nfull = min(request.full_blocks, len(ids))
+            book = self._book.depths(ids, nfull)
+        if n <= _SCALAR_MAX:   # few replicas: the scalar formula beats numpy's per-call overhead
+            logits, uncached = [], []
+            for r in range(n):
+                overlap = min(found.get(r, 0), req_blocks)
+                u = max(0, isl - overlap * bt)
+                prefill_blocks = (self._prefill_tokens[r] + u) / bt
+                if router_book:
+                    decode_blocks = len(self._active[r]) + nfull - book.get(r, 0)
+                else:
+                    decode_blocks = v.active_blocks(r) + (req_blocks - overlap)
+                logits.append(w * prefill_blocks + decode_blocks)
+                uncached.append(u)
+            return np.array(logits), np.array(uncached, np.int64)
         overlap = np.zeros(n, np.int64)
-        for r, m in cached_blocks_all(v, ids, self.overlap_tiers).items():
+        for r, m in found.items():
             overlap[r] = m if m < req_blocks else req_blocks
         uncached = np.maximum(0, isl - overlap * bt)
         # int64 sums stay exact (as Python ints) for any realistic token count
         prefill_blocks = (np.array(self._prefill_tokens, np.int64) + uncached) / bt
-        if self.active_blocks == "router":
-            nfull = min(request.full_blocks, len(ids))
+        if router_book:
             decode_blocks = self._active_len + nfull
-            for r, k in self._book.depths(ids, nfull).items():
+            for r, k in book.items():
                 decode_blocks[r] -= k
         else:
             active = np.array([v.active_blocks(r) for r in range(n)], np.int64)
