@@ -59,7 +59,10 @@ class CheckingRouter(Router):
             srcs = [r for r in up if v.cached_blocks(r, prefix) == 2]
             dsts = [r for r in up if srcs and r != srcs[0]]
             if dsts:
-                v.start_transfer(srcs[0], dsts[0], prefix)
+                try:
+                    v.start_transfer(srcs[0], dsts[0], prefix)
+                except ValueError:   # a stale (lagged) view: the source evicted it meanwhile
+                    pass
         return up[int(rng.integers(len(up)))]
 
 
@@ -141,8 +144,8 @@ def test_book_depths_equal_a_binary_search_per_replica(ops, query, limit):
         if k:
             want[r] = k
     assert book.depths(ids, limit) == want
-    for h, d in book.holders.items():
-        assert set(d) == {r for r, held in enumerate(book.books) if h in held}
+    for h in book.holders:
+        assert book.holder_set(h) == {r for r, held in enumerate(book.books) if h in held}
 
 
 @settings(max_examples=150, deadline=None)
@@ -202,7 +205,8 @@ def test_replay_with_the_index_equals_replay_with_the_scan(policy, params, monke
               "kv_aware": {"overlap_tiers": "hbm,dram"}, "btb": {"source_tiers": "hbm"},
               "btb_adaptive": {"pin_hot": False}}[policy]
     trace = bursted_shaped_trace(windows=1).rows(0, 700)
-    cluster = ClusterConfig.from_setup("70b_h100x4", num_replicas=6)
+    # 12 replicas: past the few-replica scalar paths of kv_aware and btb_adaptive (8)
+    cluster = ClusterConfig.from_setup("70b_h100x4", num_replicas=12)
     fast = simulate(trace, make_router(policy, **kw), cluster, seed=3)
     monkeypatch.setattr(ClusterView, "cached_blocks_all", ClusterView._scan_all)
     slow = simulate(trace, make_router(policy, **kw), cluster, seed=3)

@@ -67,6 +67,10 @@ from .base import Router, cached_blocks_all, kv_usage_all
 from .holder_sets import BookHolders
 from .params import RouterParam, check_range
 
+#: Up to this many replicas :meth:`BTBAdaptiveRouter.predict` goes replica by replica (the same
+#: values as the vectorised path beyond it).
+_SCALAR_MAX = 8
+
 #: Depth grid: every block up to this depth, then ``_PER_OCTAVE`` depths per doubling.
 _DENSE = 16
 _PER_OCTAVE = 8
@@ -285,9 +289,37 @@ class BTBAdaptiveRouter(Router):
         minimises) is the predicted TTFT plus, under ``chunked``, the delay the request adds to the
         requests already waiting there (they share its iteration), plus a large penalty at or above
         ``kv_full_fraction``."""
+        if self.view.num_replicas <= _SCALAR_MAX:
+            return self._predict_scalar(request)
         scores, t, reused, special, now = self._predict(request)
         return [self._entry(r, scores, t, reused, special, now)
                 for r in range(self.view.num_replicas)]
+
+    def _matches(self, ids, limit):
+        """(HBM, HBM+DRAM, pending) matches of ``ids`` per replica (dicts; absent = 0)."""
+        if limit <= 0:
+            return {}, {}, {}
+        v = self.view
+        both = getattr(v, "cached_blocks_hbm_dram", None)
+        if both is not None:
+            hbm, hbm_dram = both(ids)
+        else:
+            hbm = cached_blocks_all(v, ids, ("hbm",))
+            hbm_dram = cached_blocks_all(v, ids, ("hbm", "dram"))
+        return hbm, hbm_dram, self._pend.depths(ids, limit)
+
+    def _predict_scalar(self, request):
+        """:meth:`predict` replica by replica (:meth:`_predict_one`; cheaper than numpy for a few
+        replicas)."""
+        v = self.view
+        ids = request.hash_ids
+        isl = int(request.input_length)
+        limit = min((isl - 1) // self.bt, request.full_blocks, len(ids))
+        now = v.now_s
+        usage = kv_usage_all(v)
+        hbm, hbm_dram, pend = self._matches(ids, limit)
+        return [self._predict_one(r, ids, isl, limit, now, hbm.get(r, 0), hbm_dram.get(r, 0),
+                                  pend.get(r, 0), usage[r]) for r in range(v.num_replicas)]
 
     @staticmethod
     def _entry(r, scores, t, reused, special, now):
@@ -319,13 +351,7 @@ class BTBAdaptiveRouter(Router):
         special = {}
         reused = np.zeros(n, np.int64)
         if limit > 0:
-            both = getattr(v, "cached_blocks_hbm_dram", None)
-            if both is not None:
-                hbm, hbm_dram = both(ids)
-            else:
-                hbm = cached_blocks_all(v, ids, ("hbm",))
-                hbm_dram = cached_blocks_all(v, ids, ("hbm", "dram"))
-            pend = self._pend.depths(ids, limit)
+            hbm, hbm_dram, pend = self._matches(ids, limit)
             for r, inc in enumerate(self._incoming):
                 if inc:
                     special[r] = None
@@ -696,9 +722,14 @@ class BTBAdaptiveRouter(Router):
                 act = self._active[key] = _Active(key, tuple(request.hash_ids[:depth]), node, now)
             act.last_s = now
             self._size_warm_set(act, request)
-        scores, ttft, reused, special, now = self._predict(request)
-        r = self._argmin_scores(scores)
-        _score, t, kind, m, ready = self._entry(r, scores, ttft, reused, special, now)
+        if v.num_replicas <= _SCALAR_MAX:
+            pred = self._predict_scalar(request)
+            r = self._argmin([p[0] for p in pred])
+            _score, t, kind, m, ready = pred[r]
+        else:
+            scores, ttft, reused, special, now = self._predict(request)
+            r = self._argmin_scores(scores)
+            _score, t, kind, m, ready = self._entry(r, scores, ttft, reused, special, now)
         # book it
         bt = self.bt
         service = self.service_s(int(request.input_length) - m * bt, m * bt, r)

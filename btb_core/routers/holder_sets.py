@@ -27,7 +27,7 @@ class BookHolders:
     books : list[dict]
         ``books[r]`` maps block id -> reference count (>= 1) on replica ``r``.
     holders : dict
-        Block id -> ``{replica: None}`` of the replicas whose book holds it.
+        Block id -> bitmask of the replicas whose book holds it (bit ``r`` for replica ``r``).
     """
 
     __slots__ = ("books", "holders")
@@ -40,17 +40,16 @@ class BookHolders:
         """Count every id of ``ids`` once more on ``replica``; returns how many were new there."""
         book = self.books[replica]
         get = book.get
+        holders = self.holders
+        hget = holders.get
+        bit = 1 << replica
         new = 0
         for h in ids:
             c = get(h)
             if c is None:
                 book[h] = 1
                 new += 1
-                d = self.holders.get(h)
-                if d is None:
-                    self.holders[h] = {replica: None}
-                else:
-                    d[replica] = None
+                holders[h] = hget(h, 0) | bit
             else:
                 book[h] = c + 1
         return new
@@ -60,6 +59,8 @@ class BookHolders:
         returns how many ids left its book."""
         book = self.books[replica]
         get = book.get
+        holders = self.holders
+        keep = ~(1 << replica)
         gone = 0
         for h in ids:
             c = get(h, 0) - 1
@@ -68,21 +69,28 @@ class BookHolders:
             elif c == 0:
                 del book[h]
                 gone += 1
-                d = self.holders[h]
-                del d[replica]
-                if not d:
-                    del self.holders[h]
+                m = holders[h] & keep
+                if m:
+                    holders[h] = m
+                else:
+                    del holders[h]
         return gone
 
     def drop_replica(self, replica: int) -> None:
         """Forget ``replica``'s whole book (a failed replica)."""
         holders = self.holders
+        keep = ~(1 << replica)
         for h in self.books[replica]:
-            d = holders[h]
-            del d[replica]
-            if not d:
+            m = holders[h] & keep
+            if m:
+                holders[h] = m
+            else:
                 del holders[h]
         self.books[replica] = {}
+
+    def holder_set(self, block) -> set[int]:
+        """The replicas whose book holds ``block``."""
+        return set(_bits(self.holders.get(block, 0)))
 
     def depths(self, ids, limit: int | None = None) -> dict[int, int]:
         """``{replica: k}``: the longest leading run of ``ids`` (at most ``limit``) in each
@@ -95,12 +103,12 @@ class BookHolders:
         if n <= 0:
             return {}
         holders = self.holders
-        first = holders.get(ids[0])
+        first = holders.get(ids[0], 0)
         if not first:
             return {}
-        if len(first) <= 4:   # few holders: a binary search in each one's book is cheaper
-            out: dict[int, int] = {}
-            for r in first:
+        out: dict[int, int] = {}
+        if first.bit_count() <= 4:   # few holders: a binary search in each one's book is cheaper
+            for r in _bits(first):
                 book = self.books[r]
                 lo, hi = 1, n
                 while lo < hi:
@@ -111,39 +119,39 @@ class BookHolders:
                         hi = mid - 1
                 out[r] = lo
             return out
-        # size(k) = replicas holding the first k ids; non-increasing in k. Find every k in [1, n)
-        # where it drops (and the set of replicas that stop there) by bisection on the sizes.
-        sizes = {1: len(first)}
+        # mask(k) = replicas holding the first k ids; the masks only lose bits as k grows. Find
+        # every k in [1, n) where it changes (the replicas that stop there) by bisection.
+        masks = {1: first}
 
-        def size(k):
-            s = sizes.get(k)
-            if s is None:
-                d = holders.get(ids[k - 1])
-                s = sizes[k] = len(d) if d else 0
-            return s
+        def mask(k):
+            m = masks.get(k)
+            if m is None:
+                m = masks[k] = holders.get(ids[k - 1], 0)
+            return m
 
-        drops = []
         stack = [(1, n)]
         while stack:
             lo, hi = stack.pop()
-            if size(lo) == size(hi):
+            if mask(lo) == mask(hi):
                 continue
             if hi == lo + 1:
-                drops.append(lo)
+                for r in _bits(mask(lo) & ~mask(hi)):
+                    out[r] = lo
                 continue
             mid = (lo + hi) // 2
             stack.append((mid, hi))
             stack.append((lo, mid))
-        out = {}
-        for k in drops:
-            nxt = holders.get(ids[k])
-            left = holders[ids[k - 1]].keys() - (nxt.keys() if nxt else ())
-            for r in left:
-                out[r] = k
-        if size(n):
-            for r in holders[ids[n - 1]]:
-                out[r] = n
+        for r in _bits(mask(n)):
+            out[r] = n
         return out
+
+
+def _bits(mask: int):
+    """Replica numbers of the set bits of ``mask``, ascending."""
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
 
 
 __all__ = ["BookHolders"]
