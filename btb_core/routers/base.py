@@ -22,6 +22,40 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..sim.view import ClusterView
 
 
+def cached_blocks_all(view, hash_ids, tiers=("hbm", "dram", "disk")) -> dict[int, int]:
+    """``{replica: view.cached_blocks(replica, hash_ids, tiers)}`` for the replicas where it is
+    >= 1 (every omitted replica holds 0): the view's one-walk
+    :meth:`~btb_core.sim.view.ClusterView.cached_blocks_all` when it has one, else one
+    ``cached_blocks`` call per replica (views of real engines, test doubles)."""
+    f = getattr(view, "cached_blocks_all", None)
+    if f is not None:
+        return f(hash_ids, tiers)
+    out = {}
+    for r in range(view.num_replicas):
+        m = view.cached_blocks(r, hash_ids, tiers)
+        if m:
+            out[r] = m
+    return out
+
+
+def queue_length_all(view) -> list[int]:
+    """``[view.queue_length(r) for r in range(view.num_replicas)]``, in one call when the view
+    has ``queue_length_all``."""
+    f = getattr(view, "queue_length_all", None)
+    if f is not None:
+        return f()
+    return [view.queue_length(r) for r in range(view.num_replicas)]
+
+
+def kv_usage_all(view) -> list[float]:
+    """``[view.kv_usage(r) for r in range(view.num_replicas)]``, in one call when the view has
+    ``kv_usage_all``."""
+    f = getattr(view, "kv_usage_all", None)
+    if f is not None:
+        return f()
+    return [view.kv_usage(r) for r in range(view.num_replicas)]
+
+
 class Router:
     """Base class: subclasses implement :meth:`route`; hooks default to no-ops.
 

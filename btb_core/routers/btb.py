@@ -51,7 +51,7 @@ from __future__ import annotations
 from ..btb_config import DEFAULT_BTB, BTBConfig
 from ..detector import BurstDetector, prefix_key
 from ..errors import ConfigError
-from .base import Router
+from .base import Router, cached_blocks_all
 from .cache_aware import CacheAwareRouter, parse_tiers
 from .params import RouterParam
 
@@ -139,17 +139,17 @@ class BTBRouter(Router):
         return self.cache_aware.load
 
     # -- the rule ------------------------------------------------------------------------------
-    def _replicate(self, key, prefix: tuple, holding: list) -> None:
+    def _replicate(self, key, prefix: tuple, holders: list) -> None:
         started = self._started.setdefault(key, set())
         budget = self.config.m_replicas - len(started)
         if budget <= 0:
             return
         v = self.view
-        holders = [r for r in range(v.num_replicas) if holding[r]]
         if not holders:
             return  # the first prefill is still running (or the prefix was evicted everywhere)
         loads = self.load.loads
-        eligible = sorted((r for r in self.candidates() if not holding[r] and r not in started),
+        held = set(holders)
+        eligible = sorted((r for r in self.candidates() if r not in held and r not in started),
                           key=lambda r: (loads[r], r))
         for dst in eligible[:budget]:
             src = min(holders, key=lambda r: (v.egress_backlog_s(r), r))
@@ -174,16 +174,16 @@ class BTBRouter(Router):
             active = self.detector.observe(key, self.view.now_s) and self.config.m_replicas > 0
             landed = key in self._landed
             if active or landed:
-                # one holder scan; copies started below land later, so it holds for the warm
-                # choice too
+                # one walk of the holder index (replicas holding all Y blocks, ascending); copies
+                # started below land later, so it holds for the warm choice too
                 prefix = request.hash_ids[:y]
-                v = self.view
-                holding = [v.cached_blocks(r, prefix, self.source_tiers) >= y
-                           for r in range(v.num_replicas)]
+                holders = sorted(r for r, m in cached_blocks_all(self.view, prefix,
+                                                                 self.source_tiers).items()
+                                 if m >= y)
                 if active:
-                    self._replicate(key, prefix, holding)
+                    self._replicate(key, prefix, holders)
                 if landed:
-                    cands = [r for r in self.candidates() if holding[r]]
+                    cands = self._routable(holders)
                     replica = self.load.argmin(cands) if cands else None
         if replica is None:
             replica = self.cache_aware.choose(request)
@@ -192,6 +192,14 @@ class BTBRouter(Router):
             self.decisions["warm"] += 1
         self.cache_aware.record(request, replica)
         return replica
+
+    def _routable(self, replicas: list) -> list:
+        """``replicas`` (ascending) that are in ``view.routable_replicas``."""
+        cands = self.candidates()
+        if len(cands) == self.view.num_replicas:
+            return replicas
+        allowed = set(cands)
+        return [r for r in replicas if r in allowed]
 
     # -- hooks ---------------------------------------------------------------------------------
     def on_request_finished(self, request, replica: int) -> None:

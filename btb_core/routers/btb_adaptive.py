@@ -59,11 +59,17 @@ from __future__ import annotations
 import math
 from collections import deque
 
+import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
-from .base import Router
+from .base import Router, cached_blocks_all, kv_usage_all
+from .holder_sets import BookHolders
 from .params import RouterParam, check_range
+
+#: Up to this many replicas :meth:`BTBAdaptiveRouter.predict` goes replica by replica (the same
+#: values as the vectorised path beyond it).
+_SCALAR_MAX = 8
 
 #: Depth grid: every block up to this depth, then ``_PER_OCTAVE`` depths per doubling.
 _DENSE = 16
@@ -213,7 +219,10 @@ class BTBAdaptiveRouter(Router):
         self._free_at = [0.0] * n                    # predicted end of dispatched prefill work
         self._out = [dict() for _ in range(n)]       # request index -> (service s, not before s)
         self._decoding = [0] * n                     # requests past prefill, not finished
-        self._pending = [dict() for _ in range(n)]   # block id -> count of queued prefills holding it
+        # per replica: block id -> count of queued prefills holding it, with block id -> replicas
+        # (a prefix-closed book: one walk finds every replica's pending depth)
+        self._pend = BookHolders(n)
+        self._pending = self._pend.books
         self._incoming = [list() for _ in range(n)]  # (ids, land_s, tid or ("pipe", key))
         self._tid: dict = {}                          # transfer id -> (key, dst, ids, row)
         self._req: dict = {}                          # request index -> (row, replica, ids, full)
@@ -280,48 +289,170 @@ class BTBAdaptiveRouter(Router):
         minimises) is the predicted TTFT plus, under ``chunked``, the delay the request adds to the
         requests already waiting there (they share its iteration), plus a large penalty at or above
         ``kv_full_fraction``."""
+        if self.view.num_replicas <= _SCALAR_MAX:
+            return self._predict_scalar(request)
+        scores, t, reused, special, now = self._predict(request)
+        return [self._entry(r, scores, t, reused, special, now)
+                for r in range(self.view.num_replicas)]
+
+    def _matches(self, ids, limit):
+        """(HBM, HBM+DRAM, pending) matches of ``ids`` per replica (dicts; absent = 0)."""
+        if limit <= 0:
+            return {}, {}, {}
+        v = self.view
+        both = getattr(v, "cached_blocks_hbm_dram", None)
+        if both is not None:
+            hbm, hbm_dram = both(ids)
+        else:
+            hbm = cached_blocks_all(v, ids, ("hbm",))
+            hbm_dram = cached_blocks_all(v, ids, ("hbm", "dram"))
+        return hbm, hbm_dram, self._pend.depths(ids, limit)
+
+    def _predict_scalar(self, request):
+        """:meth:`predict` replica by replica (:meth:`_predict_one`; cheaper than numpy for a few
+        replicas)."""
+        v = self.view
+        ids = request.hash_ids
+        isl = int(request.input_length)
+        limit = min((isl - 1) // self.bt, request.full_blocks, len(ids))
+        now = v.now_s
+        usage = kv_usage_all(v)
+        hbm, hbm_dram, pend = self._matches(ids, limit)
+        return [self._predict_one(r, ids, isl, limit, now, hbm.get(r, 0), hbm_dram.get(r, 0),
+                                  pend.get(r, 0), usage[r]) for r in range(v.num_replicas)]
+
+    @staticmethod
+    def _entry(r, scores, t, reused, special, now):
+        p = special.get(r)
+        if p is not None:
+            return p
+        m = int(reused[r])
+        return (float(scores[r]), float(t[r]), "warm" if m else "cold", m, now)
+
+    def _predict(self, request):
+        """:meth:`predict` for every replica at once: ``(scores, ttft, reused, special, now)``.
+
+        ``scores`` and ``ttft`` are float64 arrays over replicas, ``reused`` int64 blocks, and
+        ``special`` the full tuples of the replicas whose choice needs the per-replica rule of
+        :meth:`_predict_one` (a prefix part in DRAM worth loading, or a copy landing there). The
+        matches come from one walk of the view's holder index and of the pending book each. Every
+        other replica reuses ``max(HBM match, pending depth)`` blocks (0: cold), starts now, and is
+        scored for all replicas at once with the same IEEE-754 operations in the same order as
+        :meth:`_predict_one` (the cost model is asked once per distinct reuse depth), so both agree
+        bit for bit."""
         v = self.view
         bt = self.bt
         ids = request.hash_ids
         isl = int(request.input_length)
         limit = min((isl - 1) // bt, request.full_blocks, len(ids))
         now = v.now_s
-        out = []
-        for r in range(v.num_replicas):
-            wait = self.backlog_s(r)
-            m = v.cached_blocks(r, ids, ("hbm",)) if limit > 0 else 0
-            m = min(m, limit)
-            extra = 0.0
-            if m < limit:
-                md = min(v.cached_blocks(r, ids, ("hbm", "dram")), limit)
-                if md > m:
-                    load = self.cost.load_s("dram", (md - m) * bt)
-                    if load < self.cost.prefill_s((md - m) * bt, m * bt):
-                        extra, m = load, md
-                p = self._pending_blocks(r, ids, limit)
-                if p > m:
-                    m, extra = p, 0.0
-            kind = "warm" if m else "cold"
-            ready = now
-            if self._incoming[r]:
-                n, land_s = self._landing(r, ids)
-                n = min(n, limit)
-                if n > m:
-                    m, extra, kind, ready = n, 0.0, "landing", land_s
-                    wait = max(wait, land_s - now)
-            own = self.service_s(isl - m * bt, m * bt, r)
-            t = wait + extra + own
-            score = t
-            if self.chunked and self._out[r]:
-                # chunked prefill admits queued requests into one iteration: joining it delays
-                # the requests already waiting there by our own compute
-                share = min(len(self._out[r]) - 1, self.chunk_tokens // max(1, isl - m * bt))
-                if share > 0:
-                    score += own * share
-            if v.kv_usage(r) >= self.kv_full_fraction:
-                score += 1e6       # avoided while any replica is below the threshold
-            out.append((score, t, kind, m, ready))
-        return out
+        n = v.num_replicas
+        usage = kv_usage_all(v)
+        special = {}
+        reused = np.zeros(n, np.int64)
+        if limit > 0:
+            hbm, hbm_dram, pend = self._matches(ids, limit)
+            for r, inc in enumerate(self._incoming):
+                if inc:
+                    special[r] = None
+            for r, md in hbm_dram.items():
+                if r in special:
+                    continue
+                m = hbm.get(r, 0)
+                if m > limit:
+                    m = limit
+                if (md if md < limit else limit) > m:
+                    special[r] = None           # DRAM holds more: load or recompute, per replica
+                    continue
+                p = pend.get(r, 0)
+                reused[r] = p if p > m else m
+            for r, p in pend.items():
+                if r not in special and r not in hbm_dram:
+                    reused[r] = p
+            for r in special:
+                special[r] = self._predict_one(r, ids, isl, limit, now, hbm.get(r, 0),
+                                               hbm_dram.get(r, 0), pend.get(r, 0), usage[r])
+        free = np.array(self._free_at)
+        wait = np.where(free > now, free - now, 0.0)
+        depths, inv = np.unique(reused, return_inverse=True)
+        own0, iters_g, cap = [], [], []
+        for d in depths.tolist():
+            new = isl - d * bt
+            t0 = self.cost.prefill_s(new, d * bt) * self.prefill_error
+            if self.chunked:
+                iters = max(1, -(-new // self.chunk_tokens))
+                t0 = max(t0, iters * self._decode_a)
+                iters_g.append(iters * self._decode_g)
+                cap.append(self.chunk_tokens // max(1, new))
+            own0.append(t0)
+        own = np.array(own0)[inv]
+        if self.chunked:
+            own = own + np.array(iters_g)[inv] * np.array(self._decoding, np.float64)
+        t = (wait + 0.0) + own
+        scores = t.copy()
+        if self.chunked:
+            queued = np.array([len(o) for o in self._out], np.int64)
+            share = np.minimum(queued - 1, np.array(cap, np.int64)[inv])
+            add = (queued > 0) & (share > 0)
+            scores[add] += own[add] * share[add]
+        scores[np.array(usage) >= self.kv_full_fraction] += 1e6
+        for r, p in special.items():
+            scores[r] = p[0]
+            t[r] = p[1]
+        return scores, t, reused, special, now
+
+    def _predict_one(self, r, ids, isl, limit, now, m, md, p, usage):
+        """One replica's :meth:`predict` tuple, given its HBM match ``m``, HBM+DRAM match
+        ``md`` and pending depth ``p`` (uncapped)."""
+        bt = self.bt
+        wait = self.backlog_s(r)
+        m = min(m, limit)
+        extra = 0.0
+        if m < limit:
+            md = min(md, limit)
+            if md > m:
+                load = self.cost.load_s("dram", (md - m) * bt)
+                if load < self.cost.prefill_s((md - m) * bt, m * bt):
+                    extra, m = load, md
+            if p > m:
+                m, extra = p, 0.0
+        kind = "warm" if m else "cold"
+        ready = now
+        if self._incoming[r]:
+            n, land_s = self._landing(r, ids)
+            n = min(n, limit)
+            if n > m:
+                m, extra, kind, ready = n, 0.0, "landing", land_s
+                wait = max(wait, land_s - now)
+        own = self.service_s(isl - m * bt, m * bt, r)
+        t = wait + extra + own
+        score = t
+        if self.chunked and self._out[r]:
+            # chunked prefill admits queued requests into one iteration: joining it delays
+            # the requests already waiting there by our own compute
+            share = min(len(self._out[r]) - 1, self.chunk_tokens // max(1, isl - m * bt))
+            if share > 0:
+                score += own * share
+        if usage >= self.kv_full_fraction:
+            score += 1e6       # avoided while any replica is below the threshold
+        return (score, t, kind, m, ready)
+
+    def _argmin_scores(self, scores: np.ndarray) -> int:
+        """:meth:`_argmin` of a float64 array (the same tolerance and the same random draw)."""
+        cands = self.candidates()
+        if len(cands) != len(scores):    # cluster events: only routable replicas
+            idx = np.array(cands, np.int64)
+            sub = scores[idx]
+            lo = float(sub.min())
+            tol = 1e-9 + 1e-9 * abs(lo)
+            tied = idx[sub - lo <= tol].tolist()
+        else:
+            lo = float(scores.min())
+            tol = 1e-9 + 1e-9 * abs(lo)
+            tied = np.flatnonzero(scores - lo <= tol).tolist()
+        if len(tied) == 1:
+            return tied[0]
+        return tied[int(self.view.rng.integers(len(tied)))]
 
     def _argmin(self, values: list[float]) -> int:
         cands = self.candidates()
@@ -400,16 +531,15 @@ class BTBAdaptiveRouter(Router):
 
     def _holders(self, act) -> tuple[list[int], list[int]]:
         """Replicas with the prefix complete (HBM or DRAM), and those with it pending or landing."""
-        v = self.view
         ids, n = act.ids, act.depth
-        complete, coming = [], []
-        for r in range(v.num_replicas):
-            if v.cached_blocks(r, ids, ("hbm", "dram")) >= n:
-                complete.append(r)
-            elif (self._pending_blocks(r, ids, n) >= n or self._landing(r, ids)[0] >= n
-                  or r in act.pipes):
-                coming.append(r)
-        return complete, coming
+        complete = sorted(r for r, m in cached_blocks_all(self.view, ids, ("hbm", "dram")).items()
+                          if m >= n)
+        done = set(complete)
+        coming = {r for r, k in self._pend.depths(ids, n).items() if k >= n and r not in done}
+        coming.update(r for r, inc in enumerate(self._incoming)
+                      if inc and r not in done and self._landing(r, ids)[0] >= n)
+        coming.update(r for r in act.pipes if r not in done)
+        return complete, sorted(coming)
 
     def _size_warm_set(self, act, request=None) -> None:
         v = self.view
@@ -592,9 +722,14 @@ class BTBAdaptiveRouter(Router):
                 act = self._active[key] = _Active(key, tuple(request.hash_ids[:depth]), node, now)
             act.last_s = now
             self._size_warm_set(act, request)
-        pred = self.predict(request)
-        r = self._argmin([p[0] for p in pred])
-        _score, t, kind, m, ready = pred[r]
+        if v.num_replicas <= _SCALAR_MAX:
+            pred = self._predict_scalar(request)
+            r = self._argmin([p[0] for p in pred])
+            _score, t, kind, m, ready = pred[r]
+        else:
+            scores, ttft, reused, special, now = self._predict(request)
+            r = self._argmin_scores(scores)
+            _score, t, kind, m, ready = self._entry(r, scores, ttft, reused, special, now)
         # book it
         bt = self.bt
         service = self.service_s(int(request.input_length) - m * bt, m * bt, r)
@@ -603,9 +738,7 @@ class BTBAdaptiveRouter(Router):
         self._out[r][request.index] = (service, ready)
         ids = request.hash_ids
         full = min(request.full_blocks, len(ids))
-        pend = self._pending[r]
-        for b in ids[:full]:
-            pend[b] = pend.get(b, 0) + 1
+        self._pend.add(r, ids[:full])
         keys = []
         for key, act in self._active.items():
             if full >= act.depth and ids[act.depth - 1] == key:
@@ -635,13 +768,7 @@ class BTBAdaptiveRouter(Router):
                 act = self._active.get(key)
                 if act is not None:
                     act.queued -= 1
-            pend = self._pending[r]
-            for b in ids[:full]:
-                c = pend.get(b, 0) - 1
-                if c > 0:
-                    pend[b] = c
-                else:
-                    pend.pop(b, None)
+            self._pend.remove(r, ids[:full])
             self.requests[row][6] = v.now_s - self.requests[row][1]
         if request.output_length > 1:
             self._decoding[replica] += 1

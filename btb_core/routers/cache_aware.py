@@ -52,10 +52,10 @@ from __future__ import annotations
 import math
 
 from ..errors import ConfigError
-from .base import Router
+from .base import Router, cached_blocks_all
 from .least_load import InFlightLoad
 from .params import RouterParam, check_range
-from .prefix_tree import ApproxPrefixIndex
+from .prefix_tree import ApproxPrefixIndex, mask_replicas
 
 _TIERS = ("hbm", "dram", "disk")
 
@@ -211,53 +211,77 @@ class CacheAwareRouter(Router):
 
     def best_match(self, request) -> tuple[int, int]:
         """``(replica, matched_tokens)`` of the longest prefix match (ties: lower load, index)."""
+        matched, pick = self._match(request)
+        return pick(), matched
+
+    def _match(self, request):
+        """``(matched_tokens, pick)``: the longest match's tokens, and a function returning the
+        replica :meth:`best_match` picks (evaluated only when the rule needs it).
+
+        Tree mode walks the holder masks of the router's tree once (``deepest_match``, a binary
+        search over the prompt's nodes), so the cost follows the prompt length and the number of
+        replicas tied at the longest match, not the fleet size; ``kv_events`` mode uses the view's
+        holder index (``cached_blocks_all``). Both give what matching every replica in turn gave.
+        """
         n = self.view.num_replicas
         bt = request.block_tokens
         isl = int(request.input_length)
         ids = request.hash_ids
         cands = self._restricted()
-        pool = range(n) if cands is None else cands
-        matched = [0] * n
         loads = self.load.loads
-        best = None
+
+        def least_loaded():  # nothing matched: the least loaded, ties to the lowest index
+            return (loads.index(min(loads)) if cands is None
+                    else min(cands, key=lambda r: (loads[r], r)))
+
         if self.match_mode == "tree":
-            # Only replicas holding the first block can match (trees are prefix-closed): the work
-            # per request follows how many replicas share the prompt's start, not the fleet size.
-            holders = self.tree.root_holders(ids[0]) if len(ids) else ()
-            if cands is not None and holders:
-                allowed = set(cands)
-                holders = [r for r in holders if r in allowed]
-            for r in holders:
-                matched[r] = self.tree.match_tokens(r, ids, isl, bt)
-            if holders:
-                top = min(holders, key=lambda r: (-matched[r], loads[r], r))
-                if matched[top] > 0:  # a positive match beats every non-holder's 0
-                    best = top
-            if best is None:  # nothing matched: the least loaded, ties to the lowest index
-                best = (loads.index(min(loads)) if cands is None
-                        else min(pool, key=lambda r: (loads[r], r)))
-        else:
-            for r in pool:
-                matched[r] = min(self.view.cached_blocks(r, ids, self.kv_event_tiers) * bt, isl)
-            best = min(pool, key=lambda r: (-matched[r], loads[r], r))
-        if self.tie_break == "first_holder" and self.match_mode == "tree" and matched[best] > 0:
-            k = self.tree.match_blocks(best, ids)
-            first = self.tree.first_holder(ids[k - 1]) if k > 0 else None
-            if first is not None and matched[first] == matched[best]:
-                best = first
-        return best, matched[best]
+            tree = self.tree
+            allowed = -1
+            if cands is not None:
+                allowed = 0
+                for r in cands:
+                    allowed |= 1 << r
+            k = tree.deepest_match(ids, allowed)
+            matched = min(k * bt, isl)
+            if matched <= 0:
+                return 0, least_loaded
+            # every replica holding the first k0 blocks matches the same tokens as the deepest
+            k0 = k if k * bt <= isl else max(1, -(-isl // bt))
+
+            def pick():
+                top = mask_replicas(tree.holder_mask(ids[k0 - 1]) & allowed)
+                best = min(top, key=lambda r: (loads[r], r))
+                if self.tie_break == "first_holder":
+                    d = tree.match_blocks(best, ids)
+                    first = tree.first_holder(ids[d - 1])
+                    if first is not None and first in top:
+                        best = first
+                return best
+            return matched, pick
+        found = cached_blocks_all(self.view, ids, self.kv_event_tiers)
+        if cands is not None:
+            allowed_set = set(cands)
+            found = {r: m for r, m in found.items() if r in allowed_set}
+        matched = max((min(m * bt, isl) for m in found.values()), default=0)
+        if matched <= 0:
+            return 0, least_loaded
+
+        def pick():
+            top = [r for r, m in found.items() if min(m * bt, isl) == matched]
+            return min(top, key=lambda r: (loads[r], r))
+        return matched, pick
 
     def choose(self, request) -> int:
         """The replica the rule picks for ``request``, without recording the decision."""
         if self.is_imbalanced():
             self.decisions["imbalanced"] += 1
             return self.load.argmin(self._restricted())
-        best, matched = self.best_match(request)
+        matched, pick = self._match(request)
         isl = int(request.input_length)
         rate = matched / isl if isl > 0 else 0.0
         if rate > self.cache_threshold:
             self.decisions["hit"] += 1
-            return best
+            return pick()
         self.decisions["miss"] += 1
         cands = self._restricted()
         if self.miss_policy == "smallest_tree":

@@ -48,9 +48,14 @@ import math
 import numpy as np
 
 from ..errors import ConfigError
-from .base import Router
+from .base import Router, cached_blocks_all
+from .holder_sets import BookHolders
 from .cache_aware import parse_tiers
 from .params import RouterParam, check_range
+
+
+#: Up to this many replicas the logits are computed replica by replica (same values as numpy's).
+_SCALAR_MAX = 8
 
 
 class KvAwareRouter(Router):
@@ -117,52 +122,70 @@ class KvAwareRouter(Router):
         n = view.num_replicas
         self._prefill_tokens = [0] * n   # the router's book of uncached prompt tokens
         self._booked: dict[int, tuple[int, int]] = {}     # request index -> (replica, tokens booked)
-        self._active: list[dict] = [dict() for _ in range(n)]  # replica -> {block id: refcount}
+        # replica -> {block id: refcount}, with block id -> replicas holding it (one walk per
+        # request finds every replica's match, routers/holder_sets.py)
+        self._book = BookHolders(n)
+        self._active: list[dict] = self._book.books
+        self._active_len = np.zeros(n, np.int64)          # len(self._active[r])
         self._active_booked: dict[int, tuple[int, tuple]] = {}  # request index -> (replica, ids)
         #: Requests held in the router queue (FCFS), when ``router_queue_threshold`` is set.
         self.queue: list = []
         self.queued_total = 0
 
     # -- the cost function ---------------------------------------------------------------------
-    def _book_match(self, replica: int, ids: tuple) -> int:
-        """Leading ``ids`` present in ``replica``'s active book (prefix-closed: binary search)."""
-        held = self._active[replica]
-        lo, hi = 0, len(ids)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if ids[mid - 1] in held:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+    def _costs(self, request) -> tuple[np.ndarray, np.ndarray]:
+        """Per-replica logits (blocks, lower is better; float64, shape ``(num_replicas,)``) and
+        uncached prompt tokens (int64, same shape).
 
-    def _costs(self, request) -> tuple[list[float], list[int]]:
-        """Per-replica logits (blocks, lower is better) and uncached prompt tokens."""
+        Vectorised over replicas: every operation is the same IEEE-754 double operation, in the
+        same order, as the scalar formula of the module docstring (integer terms are exact), so
+        the logits are bit-identical to computing them replica by replica. The overlaps come from
+        one walk of the view's holder index and the router-book matches from one walk of its own
+        holder sets; replicas absent from both score with overlap 0.
+        """
         v = self.view
+        n = v.num_replicas
         bt = request.block_tokens
         isl = int(request.input_length)
         ids = request.hash_ids
         req_blocks = math.ceil(isl / bt)
         w = self.overlap_score_weight
+        found = cached_blocks_all(v, ids, self.overlap_tiers)
         router_book = self.active_blocks == "router"
         if router_book:
-            full = tuple(ids[:request.full_blocks])
-        logits, uncached = [], []
-        for r in range(v.num_replicas):
-            overlap = min(v.cached_blocks(r, ids, self.overlap_tiers), req_blocks)
-            u = max(0, isl - overlap * bt)
-            prefill_blocks = (self._prefill_tokens[r] + u) / bt
-            if router_book:
-                decode_blocks = len(self._active[r]) + len(full) - self._book_match(r, full)
-            else:
-                decode_blocks = v.active_blocks(r) + (req_blocks - overlap)
-            logits.append(w * prefill_blocks + decode_blocks)
-            uncached.append(u)
-        return logits, uncached
+            nfull = min(request.full_blocks, len(ids))
+            book = self._book.depths(ids, nfull)
+        if n <= _SCALAR_MAX:   # few replicas: the scalar formula beats numpy's per-call overhead
+            logits, uncached = [], []
+            for r in range(n):
+                overlap = min(found.get(r, 0), req_blocks)
+                u = max(0, isl - overlap * bt)
+                prefill_blocks = (self._prefill_tokens[r] + u) / bt
+                if router_book:
+                    decode_blocks = len(self._active[r]) + nfull - book.get(r, 0)
+                else:
+                    decode_blocks = v.active_blocks(r) + (req_blocks - overlap)
+                logits.append(w * prefill_blocks + decode_blocks)
+                uncached.append(u)
+            return np.array(logits), np.array(uncached, np.int64)
+        overlap = np.zeros(n, np.int64)
+        for r, m in found.items():
+            overlap[r] = m if m < req_blocks else req_blocks
+        uncached = np.maximum(0, isl - overlap * bt)
+        # int64 sums stay exact (as Python ints) for any realistic token count
+        prefill_blocks = (np.array(self._prefill_tokens, np.int64) + uncached) / bt
+        if router_book:
+            decode_blocks = self._active_len + nfull
+            for r, k in book.items():
+                decode_blocks[r] -= k
+        else:
+            active = np.array([v.active_blocks(r) for r in range(n)], np.int64)
+            decode_blocks = active + (req_blocks - overlap)
+        return w * prefill_blocks + decode_blocks, uncached
 
     def logits(self, request) -> np.ndarray:
         """Per-replica cost, shape ``(num_replicas,)``, in blocks (lower is better)."""
-        return np.array(self._costs(request)[0])
+        return self._costs(request)[0]
 
     def probabilities(self, logits: np.ndarray) -> np.ndarray:
         """Dynamo's softmax over range-normalised negated logits at ``router_temperature > 0``."""
@@ -190,27 +213,26 @@ class KvAwareRouter(Router):
         restricted = len(cands) != len(logits)
         if self.router_temperature == 0.0:
             if restricted:
-                lo = min(logits[r] for r in cands)
-                tied = [r for r in cands if logits[r] == lo]
+                idx = np.array(cands, np.int64)
+                sub = logits[idx]
+                tied = idx[sub == sub.min()].tolist()
             else:
-                lo = min(logits)
-                tied = [r for r, x in enumerate(logits) if x == lo]
+                tied = np.flatnonzero(logits == logits.min()).tolist()
             pick = tied[0] if len(tied) == 1 else self._break_tie(tied)
         else:
-            sub = [logits[r] for r in cands] if restricted else logits
-            p = self.probabilities(np.array(sub))
+            sub = logits[np.array(cands, np.int64)] if restricted else logits
+            p = self.probabilities(sub)
             u = self.view.rng.random()
             pick = int(min(np.searchsorted(np.cumsum(p), u, side="left"), len(p) - 1))
             if restricted:
                 pick = cands[pick]
         # book the request's uncached tokens on its worker until its prefill completes
-        self._prefill_tokens[pick] += uncached[pick]
-        self._booked[request.index] = (pick, uncached[pick])
+        u = int(uncached[pick])
+        self._prefill_tokens[pick] += u
+        self._booked[request.index] = (pick, u)
         if self.active_blocks == "router":
             full = tuple(request.hash_ids[:request.full_blocks])
-            book = self._active[pick]
-            for h in full:
-                book[h] = book.get(h, 0) + 1
+            self._active_len[pick] += self._book.add(pick, full)
             self._active_booked[request.index] = (pick, full)
         return pick
 
@@ -236,7 +258,8 @@ class KvAwareRouter(Router):
         """A failed replica's booked prefill tokens and active blocks are dropped."""
         if failed:
             self._prefill_tokens[replica] = 0
-            self._active[replica] = {}
+            self._book.drop_replica(replica)
+            self._active_len[replica] = 0
             self._booked = {k: v for k, v in self._booked.items() if v[0] != replica}
             self._active_booked = {k: v for k, v in self._active_booked.items() if v[0] != replica}
 
@@ -250,13 +273,7 @@ class KvAwareRouter(Router):
     def on_request_finished(self, request, replica: int) -> None:
         entry = self._active_booked.pop(request.index, None)
         if entry is not None:
-            book = self._active[entry[0]]
-            for h in entry[1]:
-                c = book[h] - 1
-                if c:
-                    book[h] = c
-                else:
-                    del book[h]
+            self._active_len[entry[0]] -= self._book.remove(entry[0], entry[1])
 
 
 __all__ = ["KvAwareRouter"]

@@ -38,7 +38,7 @@ from collections import OrderedDict, deque
 import numpy as np
 
 from ..errors import ConfigError
-from .base import Router
+from .base import Router, cached_blocks_all, kv_usage_all, queue_length_all
 from .cache_aware import parse_tiers
 from .params import RouterParam, check_range
 
@@ -122,6 +122,7 @@ class LlmDRouter(Router):
     def reset(self, view) -> None:
         super().reset(view)
         self._lru = [OrderedDict() for _ in range(view.num_replicas)]
+        self._lru_holders: dict = {}   # block id -> {replica: None} whose approx index holds it
         self._active_counts = [0] * view.num_replicas   # active-request scorer's book
         self._active: dict[int, int] = {}                # request index -> replica
         self._active_order: deque = deque()              # (dispatch time, request index)
@@ -139,20 +140,19 @@ class LlmDRouter(Router):
         if blocks is None:
             blocks = self._prefix_blocks(request)
         out = np.zeros((n, 5))
-        for r in range(n):
-            if blocks:
-                if self.prefix_mode == "approx":
-                    lru = self._lru[r]
-                    k = 0
-                    while k < len(blocks) and blocks[k] in lru:
-                        k += 1
-                else:
-                    k = min(v.cached_blocks(r, blocks, self.kv_event_tiers), len(blocks))
-                out[r, 0] = k / len(blocks)
-            out[r, 2] = 1.0 - float(v.kv_usage(r))
-        queues = [v.queue_length(r) for r in range(n)]
+        if blocks:
+            nb = len(blocks)
+            if self.prefix_mode == "approx":
+                matches = self._approx_matches(blocks)
+            else:
+                matches = cached_blocks_all(v, blocks, self.kv_event_tiers)
+            for r, k in matches.items():   # every other replica matches 0 blocks: score 0
+                out[r, 0] = (k if k < nb else nb) / nb
+        out[:, 2] = 1.0 - np.array(kv_usage_all(v), np.float64)
+        queues = queue_length_all(v)
         qmax, qmin = max(queues), min(queues)
-        out[:, 1] = 1.0 if qmax == qmin else [(qmax - q) / (qmax - qmin) for q in queues]
+        # int64 differences over an int: the same correctly rounded quotients as Python's
+        out[:, 1] = 1.0 if qmax == qmin else (qmax - np.array(queues, np.int64)) / (qmax - qmin)
         if self.weights[3]:
             t = self.load_aware_threshold
             out[:, 3] = [0.5 if q == 0 else 0.5 * (1.0 - min(q, t) / t) for q in queues]
@@ -161,6 +161,39 @@ class LlmDRouter(Router):
             counts = self._active_counts
             cmax = max(counts)
             out[:, 4] = [1.0 if c == 0 else (cmax - c) / cmax for c in counts]
+        return out
+
+    def _approx_matches(self, blocks: tuple) -> dict[int, int]:
+        """``{replica: leading blocks of blocks in its approximate index}`` for replicas matching
+        at least one: a running intersection of the blocks' holder sets while more than two
+        replicas still match, then each remaining replica's own index (an LRU is not
+        prefix-closed, so the sets are intersected rather than nested)."""
+        holders = self._lru_holders
+        first = holders.get(blocks[0])
+        if not first:
+            return {}
+        nb = len(blocks)
+        out: dict[int, int] = {}
+        alive = set(first)
+        k = 1
+        while k < nb and len(alive) > 2:
+            d = holders.get(blocks[k])
+            if d is None:
+                for r in alive:
+                    out[r] = k
+                return out
+            nxt = alive & d.keys()
+            if len(nxt) != len(alive):
+                for r in alive - nxt:
+                    out[r] = k
+            alive = nxt
+            k += 1
+        for r in alive:
+            lru = self._lru[r]
+            j = k
+            while j < nb and blocks[j] in lru:
+                j += 1
+            out[r] = j
         return out
 
     def _expire_active(self) -> None:
@@ -196,11 +229,26 @@ class LlmDRouter(Router):
 
     def _remember(self, replica: int, blocks: tuple) -> None:
         lru = self._lru[replica]
+        holders = self._lru_holders
         for h in blocks:
-            lru[h] = None
-            lru.move_to_end(h)
+            if h in lru:
+                lru.move_to_end(h)
+            else:
+                lru[h] = None
+                d = holders.get(h)
+                if d is None:
+                    holders[h] = {replica: None}
+                else:
+                    d[replica] = None
         while len(lru) > self.lru_capacity_blocks:
-            lru.popitem(last=False)
+            h, _ = lru.popitem(last=False)
+            self._drop_holder(h, replica)
+
+    def _drop_holder(self, block, replica: int) -> None:
+        d = self._lru_holders[block]
+        del d[replica]
+        if not d:
+            del self._lru_holders[block]
 
     def enable_index_sync(self) -> None:
         self._sync_log = []
@@ -215,6 +263,8 @@ class LlmDRouter(Router):
 
     def on_replica_removed(self, replica: int, failed: bool) -> None:
         if failed:
+            for h in self._lru[replica]:
+                self._drop_holder(h, replica)
             self._lru[replica].clear()
 
     def on_request_finished(self, request, replica: int) -> None:

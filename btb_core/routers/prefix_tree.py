@@ -48,10 +48,11 @@ class ApproxPrefixIndex:
         self._parent: dict = {}   # node -> parent node (None at the root's children)
         self._tokens: dict = {}   # node -> tokens the block covers (last block may be partial)
         self._first: dict = {}    # node -> replica that inserted it first (the gateway's tenant)
-        # first-block node (parent None) -> set of replicas holding it: the tenant set SGLang keeps
-        # per node (Node::tenant_last_access_time in sgl-router/src/tree.rs, sgl-project/sglang @
-        # 8613c481), here kept only for depth-1 nodes
-        self._root_holders: dict = {}
+        # node -> bitmask of the replicas holding it (bit r = replica r): the tenant set SGLang
+        # keeps per node (Node::tenant_last_access_time in sgl-router/src/tree.rs,
+        # sgl-project/sglang @ 8613c481). Trees are prefix-closed, so along a prompt the masks
+        # only lose bits and the deepest node any replica holds is a binary search (deepest_match)
+        self._holders: dict = {}
 
     # -- queries -------------------------------------------------------------------------------
     def match_blocks(self, replica: int, hash_ids: Sequence) -> int:
@@ -82,13 +83,28 @@ class ApproxPrefixIndex:
         """
         return self._first.get(node)
 
-    def root_holders(self, node):
-        """Replicas whose tree holds first-block ``node`` (a set; empty tuple if none).
+    def root_holders(self, node) -> list[int]:
+        """Replicas whose tree holds ``node`` (ascending; empty if none). For a first-block node,
+        every other replica matches 0 blocks of a prompt starting with it."""
+        return mask_replicas(self._holders.get(node, 0))
 
-        Every other replica matches 0 blocks of a prompt starting with ``node`` (trees are
-        prefix-closed), so a match needs to look only at these. Do not modify the returned set.
-        """
-        return self._root_holders.get(node, ())
+    def holder_mask(self, node) -> int:
+        """Bitmask of the replicas whose tree holds ``node`` (bit ``r`` set for replica ``r``)."""
+        return self._holders.get(node, 0)
+
+    def deepest_match(self, hash_ids: Sequence, allowed_mask: int = -1) -> int:
+        """Largest ``k`` such that some replica in ``allowed_mask`` holds ``hash_ids[:k]`` (0 if
+        none): the longest match over all replicas, by binary search on the nested holder masks,
+        ``O(log L)`` whatever the number of replicas."""
+        holders = self._holders
+        lo, hi = 0, len(hash_ids)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if holders.get(hash_ids[mid - 1], 0) & allowed_mask:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
     def size_tokens(self, replica: int) -> int:
         """Tokens held in ``replica``'s tree (SGLang ``tenant_char_count``, in tokens)."""
@@ -117,26 +133,29 @@ class ApproxPrefixIndex:
         children = self._children[replica]
         rank = self._rank[replica]
         parent_map, tokens_map = self._parent, self._tokens
+        hm, bit = self._holders, 1 << replica
         n = len(hash_ids)
-        prev = None
-        for i, h in enumerate(hash_ids):
+        # The replica's tree is prefix-closed, so the nodes of the path it holds are the first m:
+        # restamp those in one C-level update, and walk only the new ones (the same end state as
+        # visiting every node in order).
+        m = self.match_blocks(replica, hash_ids)
+        if m:
+            held.update(dict.fromkeys(hash_ids[:m], now_s))
+        prev = hash_ids[m - 1] if m else None
+        for i in range(m, n):
+            h = hash_ids[i]
             if h not in tokens_map:
                 tokens_map[h] = (block_tokens if i < n - 1
                                  else max(1, int(input_length) - (n - 1) * block_tokens))
                 parent_map[h] = prev
                 self._first[h] = replica
-            if h not in held:
-                self._size_tokens[replica] += tokens_map[h]
-                children[h] = 0
-                rank[h] = self._next_rank[replica]
-                self._next_rank[replica] += 1
-                if prev is not None:
-                    children[prev] += 1
-                if parent_map[h] is None:
-                    holders = self._root_holders.get(h)
-                    if holders is None:
-                        self._root_holders[h] = holders = set()
-                    holders.add(replica)
+            self._size_tokens[replica] += tokens_map[h]
+            children[h] = 0
+            rank[h] = self._next_rank[replica]
+            self._next_rank[replica] += 1
+            if prev is not None:
+                children[prev] += 1
+            hm[h] = hm.get(h, 0) | bit
             held[h] = now_s
             prev = h
         # Only the path's last node can be a leaf (every other one has the next as a child); its
@@ -180,15 +199,25 @@ class ApproxPrefixIndex:
             self._size_tokens[replica] -= tokens[h]
             removed += 1
             p = parent[h]
-            if p is None:
-                holders = self._root_holders[h]
-                holders.discard(replica)
-                if not holders:
-                    del self._root_holders[h]
+            m = self._holders[h] & ~(1 << replica)
+            if m:
+                self._holders[h] = m
+            else:
+                del self._holders[h]
             if p is not None and p in children:
                 children[p] -= 1
                 if children[p] == 0:
                     heapq.heappush(heap, (held[p], rank[p], p))
         return removed
 
-__all__ = ["ApproxPrefixIndex"]
+def mask_replicas(mask: int) -> list[int]:
+    """Replica numbers of the set bits of ``mask``, ascending."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
+
+
+__all__ = ["ApproxPrefixIndex", "mask_replicas"]

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .blocks import BlockIndex, piece_at
+from .holders import HolderIndex
 from .kvcache import DiskTier, KVCache
 from .lag import LaggedView, LoggedKVCache
 from .metrics import SimResult, build_result
@@ -139,6 +140,10 @@ class Simulator:
         #: Cache operations in call order, kept for routers that see KV events late (sim/lag.py).
         self.kv_log: list | None = [] if self.kv_event_lag_s > 0 else None
         self.replicas = []
+        #: Block run -> replicas holding it (HBM, DRAM), fed by the caches (sim/holders.py)
+        self.holder_index = HolderIndex()
+        #: True when some replica has a disk tier (the holder index does not cover disk)
+        self.has_disk = bool(disk_blocks)
         for r in range(self.num_replicas):
             disk = shared_disk if cluster.disk_shared else (DiskTier(disk_blocks) if disk_blocks else None)
             if self.kv_log is None:
@@ -146,6 +151,7 @@ class Simulator:
             else:
                 cache = LoggedKVCache(r, self.kv_log, self._clock, self.capacity_blocks,
                                       dram_blocks, disk)
+            cache.attach_index(self.holder_index, r)
             self.replicas.append(Replica(r, cache))
         self.now = 0.0
         self._heap = []

@@ -58,7 +58,7 @@ class SpanList:
     ``index`` maps a run to its spans (to answer membership and remove ranges).
     """
 
-    __slots__ = ("head", "size", "index")
+    __slots__ = ("head", "size", "index", "ix", "rep")
 
     def __init__(self) -> None:
         head = _Span(None, 0, 0)
@@ -66,6 +66,10 @@ class SpanList:
         self.head = head
         self.size = 0
         self.index: dict[int, list[_Span]] = {}
+        #: A :class:`~btb_core.sim.holders.HolderIndex` told when a run enters or leaves this list
+        #: (set on a replica's DRAM tier only), and the replica it reports.
+        self.ix = None
+        self.rep = -1
 
     def __len__(self) -> int:
         return self.size
@@ -88,6 +92,8 @@ class SpanList:
         lst = self.index.get(run)
         if lst is None:
             self.index[run] = [sp]
+            if self.ix is not None:
+                self.ix.dram_add(run, self.rep)
         else:
             lst.append(sp)
 
@@ -97,6 +103,8 @@ class SpanList:
         lst = self.index[sp.run]
         if len(lst) == 1:
             del self.index[sp.run]
+            if self.ix is not None:
+                self.ix.dram_del(sp.run, self.rep)
         else:
             lst.remove(sp)
 
@@ -231,7 +239,8 @@ class KVCache:
     """
 
     __slots__ = ("capacity_blocks", "dram_capacity_blocks", "pin_len", "holders", "hbm_len", "lru",
-                 "dram", "disk", "used_slots", "peak_hbm_blocks", "peak_dram_blocks")
+                 "dram", "disk", "used_slots", "peak_hbm_blocks", "peak_dram_blocks", "hbm_blocks",
+                 "ix", "rep")
 
     def __init__(self, capacity_blocks: int, dram_capacity_blocks: int = 0,
                  disk: DiskTier | None = None) -> None:
@@ -250,6 +259,25 @@ class KVCache:
         self.used_slots = 0
         self.peak_hbm_blocks = 0
         self.peak_dram_blocks = 0
+        #: Complete blocks in HBM, pinned or not (``sum(hbm_len.values())``, kept up to date).
+        self.hbm_blocks = 0
+        #: The :class:`~btb_core.sim.holders.HolderIndex` this cache reports to (None: none), and
+        #: the replica number it reports as (:meth:`attach_index`).
+        self.ix = None
+        self.rep = -1
+
+    def attach_index(self, index, replica: int) -> None:
+        """Report every later change of this cache's HBM and DRAM contents to ``index`` (a
+        :class:`~btb_core.sim.holders.HolderIndex`) as replica ``replica``; the current contents
+        are reported now."""
+        self.ix = index
+        self.rep = replica
+        self.dram.ix = index
+        self.dram.rep = replica
+        for run, h in self.hbm_len.items():
+            index.set_hbm(run, replica, h)
+        for run in self.dram.index:
+            index.dram_add(run, replica)
 
     # ------------------------------------------------------------------ invariants
     def check_invariants(self, idle: bool = False) -> None:
@@ -291,6 +319,22 @@ class KVCache:
             fail(f"{unpinned} HBM blocks are unpinned but the LRU holds {self.lru.size}")
         if pinned > self.used_slots:
             fail(f"{pinned} pinned blocks exceed used_slots {self.used_slots}")
+        total = sum(self.hbm_len.values())
+        if total != self.hbm_blocks:
+            fail(f"hbm_blocks {self.hbm_blocks} but the runs hold {total} blocks in HBM")
+        ix = self.ix
+        if ix is not None:   # the holder index agrees with this cache (btb_core.sim.holders)
+            for run, h in self.hbm_len.items():
+                if ix.hbm.get(run, {}).get(self.rep) != h:
+                    fail(f"run {run}: {h} blocks in HBM, holder index says "
+                         f"{ix.hbm.get(run, {}).get(self.rep)}")
+            for run, d in ix.hbm.items():
+                if self.rep in d and run not in self.hbm_len:
+                    fail(f"run {run}: holder index lists {d[self.rep]} HBM blocks, cache has none")
+            runs = {run for run, d in ix.dram.items() if self.rep in d}
+            if runs != set(self.dram.index):
+                fail(f"holder index DRAM runs {sorted(runs)} != cache DRAM runs "
+                     f"{sorted(self.dram.index)}")
         if idle and (self.used_slots or self.pin_len or self.holders):
             fail(f"idle cache still holds {self.used_slots} slots ({pinned} pinned blocks in "
                  f"{len(self.pin_len)} runs): leaked pins or private slots")
@@ -298,11 +342,20 @@ class KVCache:
     def clear(self, drop_disk: bool) -> None:
         """The replica failed: every block is gone (HBM, DRAM, and its disk tier if
         ``drop_disk``; a shared disk survives). Peaks and eviction counts are kept."""
+        ix = self.ix
+        if ix is not None:
+            for run in self.hbm_len:
+                ix.set_hbm(run, self.rep, 0)
+            for run in self.dram.index:
+                ix.dram_del(run, self.rep)
         self.pin_len = {}
         self.holders = {}
         self.hbm_len = {}
+        self.hbm_blocks = 0
         self.lru = SpanList()
         self.dram = SpanList()
+        self.dram.ix = ix
+        self.dram.rep = self.rep
         self.used_slots = 0
         if drop_disk and self.disk is not None:
             self.disk.blocks = SpanList()
@@ -429,6 +482,7 @@ class KVCache:
     def _evict(self, count: int) -> None:
         spans = self.lru.pop_front(count)
         hbm = self.hbm_len
+        ix = self.ix
         for run, lo, hi in spans:
             if hbm.get(run) != hi:
                 raise RuntimeError(f"KVCache invariant: evicting blocks {lo}..{hi - 1} of run {run} "
@@ -437,6 +491,9 @@ class KVCache:
                 hbm[run] = lo
             else:
                 del hbm[run]
+            self.hbm_blocks -= hi - lo
+            if ix is not None:
+                ix.set_hbm(run, self.rep, lo)
         self._spill(spans, count)
 
     def make_room(self, slots: int) -> bool:
@@ -526,6 +583,9 @@ class KVCache:
                 self._hold(run, old, new)
                 pin[run] = new
                 hbm[run] = new
+                self.hbm_blocks += new - old
+                if self.ix is not None:
+                    self.ix.set_hbm(run, self.rep, new)
             self.used_slots += n_lower
         self._note_peak()
 
@@ -557,6 +617,9 @@ class KVCache:
                 pin[run] = new
                 if new > h:
                     hbm[run] = new
+                    self.hbm_blocks += new - h
+                    if self.ix is not None:
+                        self.ix.set_hbm(run, self.rep, new)
         return stop - start
 
     def release(self, starts, lens, pinned: int, private: int) -> None:
@@ -611,6 +674,9 @@ class KVCache:
                 if dram.size:
                     dram.remove_range(run, hh, c)
                 hbm[run] = c
+                self.hbm_blocks += c - hh
+                if self.ix is not None:
+                    self.ix.set_hbm(run, self.rep, c)
             lru.append_desc(run, p, c)
         self._note_peak()
         return landed
@@ -643,6 +709,9 @@ class KVCache:
                     hbm[run] = hi - e
                 else:
                     del hbm[run]
+                self.hbm_blocks -= e
+                if self.ix is not None:
+                    self.ix.set_hbm(run, self.rep, hi - e)
                 spans.append((run, hi - e, hi))
                 count += e
                 need -= e

@@ -26,6 +26,7 @@ routers itself and nothing here runs, so results are bit-identical to a run with
 
 from __future__ import annotations
 
+from .holders import HolderIndex
 from .kvcache import DiskTier, KVCache
 from .view import ClusterView
 
@@ -109,8 +110,12 @@ class LaggedView(ClusterView):
         self.load_lag_s = float(load_lag_s)
         self._log_pos = 0
         self.mirrors = None
+        self.mirror_index = None
         if self.kv_event_lag_s > 0:
             self.mirrors = self._make_mirrors(sim)
+            self.mirror_index = HolderIndex()
+            for r, mirror in enumerate(self.mirrors):
+                mirror.attach_index(self.mirror_index, r)
         self._snap = None
         if self.load_lag_s > 0:
             self.snapshot()
@@ -155,7 +160,26 @@ class LaggedView(ClusterView):
         if self.mirrors is None:
             return super().cached_block_count(replica)
         self._catch_up()
-        return sum(self.mirrors[replica].hbm_len.values())
+        return self.mirrors[replica].hbm_blocks
+
+    def cached_blocks_all(self, hash_ids, tiers=("hbm", "dram", "disk")) -> dict:
+        """:meth:`ClusterView.cached_blocks_all` against the stale mirrors (they keep a holder
+        index of their own, so the answer is the one the mirrors give replica by replica)."""
+        if self.mirrors is None:
+            return super().cached_blocks_all(hash_ids, tiers)
+        self._catch_up()
+        pieces = self.pieces(hash_ids)
+        if pieces is None or ("disk" in tiers and self.sim.has_disk):
+            return self._scan_all(hash_ids, tiers)
+        caches = self.mirrors if "dram" in tiers else None
+        return self.mirror_index.matched(caches, pieces[0], pieces[1], len(hash_ids),
+                                         "hbm" in tiers, "dram" in tiers)
+
+    def cached_blocks_hbm_dram(self, hash_ids) -> tuple[dict, dict]:
+        if self.mirrors is None:
+            return super().cached_blocks_hbm_dram(hash_ids)
+        return (self.cached_blocks_all(hash_ids, ("hbm",)),
+                self.cached_blocks_all(hash_ids, ("hbm", "dram")))
 
     # -- load figures --------------------------------------------------------------------------
     def snapshot(self) -> None:
@@ -171,6 +195,12 @@ class LaggedView(ClusterView):
 
     def kv_usage(self, replica: int) -> float:
         return self._snap[1][replica] if self._snap else super().kv_usage(replica)
+
+    def queue_length_all(self) -> list[int]:
+        return list(self._snap[0]) if self._snap else super().queue_length_all()
+
+    def kv_usage_all(self) -> list[float]:
+        return list(self._snap[1]) if self._snap else super().kv_usage_all()
 
     def active_blocks(self, replica: int) -> int:
         return self._snap[2][replica] if self._snap else super().active_blocks(replica)

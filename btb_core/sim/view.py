@@ -83,6 +83,10 @@ class ClusterView:
         """Requests routed to ``replica`` and waiting to be admitted (not yet prefilling), >= 0."""
         return len(self._replicas[replica].waiting)
 
+    def queue_length_all(self) -> list[int]:
+        """:meth:`queue_length` of every replica, a list indexed by replica (one call)."""
+        return [len(rep.waiting) for rep in self._replicas]
+
     def queued_prompt_tokens(self, replica: int) -> int:
         """Prompt tokens (sum of ``input_length``) of the requests waiting on ``replica``, >= 0
         (SGLang's ``get_load`` adds them to the KV tokens in use)."""
@@ -93,6 +97,12 @@ class ClusterView:
         blocks (reference-counted: a shared prefix block counts once)."""
         return self._replicas[replica].cache.used_slots / self._capacity_blocks
 
+    def kv_usage_all(self) -> list[float]:
+        """:meth:`kv_usage` of every replica, a list indexed by replica (one call, not one per
+        replica)."""
+        cap = self._capacity_blocks
+        return [rep.cache.used_slots / cap for rep in self._replicas]
+
     def active_blocks(self, replica: int) -> int:
         """KV blocks (of ``block_tokens`` tokens) held in HBM by requests running on ``replica``;
         the numerator of :meth:`kv_usage`."""
@@ -101,7 +111,7 @@ class ClusterView:
     def cached_block_count(self, replica: int) -> int:
         """Complete blocks (of ``block_tokens`` tokens) in ``replica``'s HBM cache, pinned or
         not: the size of its tree in a KV-event indexer (Dynamo's ``tree_sizes``)."""
-        return sum(self._replicas[replica].cache.hbm_len.values())
+        return self._replicas[replica].cache.hbm_blocks
 
     def egress_backlog_s(self, replica: int) -> float:
         """Seconds, >= 0, until ``replica``'s egress NIC has finished every transfer already
@@ -128,6 +138,49 @@ class ClusterView:
         prefill still running do not. Returns an int in ``[0, len(hash_ids)]``.
         """
         return self.cached_in(self._replicas[replica].cache, hash_ids, tiers)
+
+    def cached_blocks_all(self, hash_ids: Sequence[int],
+                          tiers: tuple[str, ...] = ALL_TIERS) -> dict[int, int]:
+        """:meth:`cached_blocks` of every replica at once, for the replicas where it is >= 1.
+
+        Returns
+        -------
+        dict[int, int]
+            ``{replica: cached_blocks(replica, hash_ids, tiers)}`` for every replica holding at
+            least the first block (in no particular order); every replica it omits holds 0.
+
+        Notes
+        -----
+        Answered by one walk over ``hash_ids``' pieces in the holder index the caches keep
+        (:mod:`btb_core.sim.holders`), so the cost follows the replicas that match, not the
+        fleet. Counting the disk tier on a cluster that has one, or an id sequence that is not a
+        root path of the trace, asks every replica instead (same answer).
+        """
+        pieces = self.pieces(hash_ids)
+        sim = self._sim
+        if pieces is None or ("disk" in tiers and sim.has_disk):
+            return self._scan_all(hash_ids, tiers)
+        caches = [rep.cache for rep in self._replicas] if "dram" in tiers else None
+        return sim.holder_index.matched(caches, pieces[0], pieces[1], len(hash_ids),
+                                        "hbm" in tiers, "dram" in tiers)
+
+    def cached_blocks_hbm_dram(self, hash_ids: Sequence[int]) -> tuple[dict, dict]:
+        """``(cached_blocks_all(hash_ids, ("hbm",)), cached_blocks_all(hash_ids, ("hbm",
+        "dram")))`` from one walk."""
+        pieces = self.pieces(hash_ids)
+        if pieces is None:
+            return (self._scan_all(hash_ids, ("hbm",)), self._scan_all(hash_ids, ("hbm", "dram")))
+        return self._sim.holder_index.matched([rep.cache for rep in self._replicas], pieces[0],
+                                              pieces[1], len(hash_ids), True, True, True)
+
+    def _scan_all(self, hash_ids, tiers) -> dict[int, int]:
+        """:meth:`cached_blocks_all` by asking every replica (the reference answer)."""
+        out = {}
+        for r in range(self.num_replicas):
+            m = self.cached_blocks(r, hash_ids, tiers)
+            if m:
+                out[r] = m
+        return out
 
     # -- acting -----------------------------------------------------------------------------------
     def start_transfer(self, src: int, dst: int, hash_ids: Sequence[int],

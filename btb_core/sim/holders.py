@@ -1,0 +1,178 @@
+"""Which replicas hold which blocks: an index kept from KV-cache events, for one-walk prefix matches.
+
+A router that asks "how many leading blocks of this prompt does each replica hold?" used to ask
+every replica in turn (:meth:`btb_core.sim.view.ClusterView.cached_blocks`), so its work per request
+grew with the fleet. :class:`HolderIndex` keeps, for every block run (:mod:`btb_core.sim.blocks`),
+the replicas that hold part of it, updated by the replicas' :class:`~btb_core.sim.kvcache.KVCache`
+whenever their contents change (the simulator's KV events: a block stored in HBM by a completed
+prefill, a load or a landed copy; evicted from HBM; entering or leaving host DRAM). One walk over
+the request's pieces then answers for every replica at once, visiting only replicas that still
+match (SGLang's radix tree keeps the same per-node tenant sets,
+``sgl-model-gateway/src/policies/tree.rs``, sgl-project/sglang @ 24ce7f6c).
+
+What it stores (all exact, never approximate):
+
+- ``hbm[run]``: ``{replica: blocks}``, the leading part of ``run`` in that replica's HBM (the cache
+  keeps every run's HBM blocks as a leading part, so one length per replica says everything);
+  replicas with none are absent;
+- ``dram[run]``: ``{replica: None}``, the replicas whose host-DRAM tier holds at least one block of
+  ``run`` (DRAM may hold any subset of a run, so it names the candidates, and the replica's own
+  cache answers how far the run continues there).
+
+:meth:`HolderIndex.matched` gives the same numbers as calling ``KVCache.matched_blocks`` on every
+replica (tests/test_holders.py checks it against that scan on random operation sequences), for
+the tiers HBM and DRAM. The disk tier is not indexed: a query that counts it on a cluster with a
+disk tier scans every replica (:meth:`btb_core.sim.view.ClusterView.cached_blocks_all`).
+"""
+
+from __future__ import annotations
+
+
+class HolderIndex:
+    """Block run -> replicas holding it, by tier (see the module docstring).
+
+    Attributes
+    ----------
+    hbm : dict[int, dict[int, int]]
+        Run start id -> {replica: leading blocks of the run in its HBM (>= 1)}.
+    dram : dict[int, dict[int, None]]
+        Run start id -> replicas whose DRAM tier holds at least one block of the run.
+    """
+
+    __slots__ = ("hbm", "dram")
+
+    def __init__(self) -> None:
+        self.hbm: dict[int, dict[int, int]] = {}
+        self.dram: dict[int, dict[int, None]] = {}
+
+    # -- updates (called by KVCache / SpanList) ------------------------------------------------
+    def set_hbm(self, run: int, replica: int, blocks: int) -> None:
+        """``replica`` now holds the leading ``blocks`` (>= 0) of ``run`` in HBM."""
+        d = self.hbm.get(run)
+        if blocks:
+            if d is None:
+                self.hbm[run] = {replica: blocks}
+            else:
+                d[replica] = blocks
+        elif d is not None and replica in d:
+            del d[replica]
+            if not d:
+                del self.hbm[run]
+
+    def dram_add(self, run: int, replica: int) -> None:
+        """``replica``'s DRAM tier now holds a block of ``run`` (it held none)."""
+        d = self.dram.get(run)
+        if d is None:
+            self.dram[run] = {replica: None}
+        else:
+            d[replica] = None
+
+    def dram_del(self, run: int, replica: int) -> None:
+        """``replica``'s DRAM tier no longer holds any block of ``run``."""
+        d = self.dram[run]
+        del d[replica]
+        if not d:
+            del self.dram[run]
+
+    # -- queries -------------------------------------------------------------------------------
+    def matched(self, caches, starts, lens, n: int, use_hbm: bool = True,
+                use_dram: bool = False, hbm_too: bool = False):
+        """Leading blocks of a path present on each replica, for replicas where that is >= 1.
+
+        Parameters
+        ----------
+        caches : sequence of KVCache
+            The replicas' caches that feed this index (indexed by replica).
+        starts, lens : list of int
+            The path's pieces (:meth:`btb_core.sim.blocks.BlockIndex.path_pieces`).
+        n : int
+            Blocks of the path to consider (its first ``n``).
+        use_hbm, use_dram : bool
+            Tiers counted (a block counts if it sits in any counted tier).
+        hbm_too : bool
+            With ``use_hbm`` and ``use_dram``: also return the HBM-only answer (same walk).
+
+        Returns
+        -------
+        dict[int, int]
+            ``{replica: blocks in [1, n]}``: equal to ``caches[r].matched_blocks(starts, lens, n,
+            tiers)`` for every replica it names, and that value is 0 for every replica it omits.
+            With ``hbm_too``, a pair ``(HBM only, HBM and DRAM)`` of such dicts.
+
+        Notes
+        -----
+        Cost: one walk over the path's pieces, visiting at each piece only the replicas that held
+        every earlier piece whole, plus an exact per-replica continuation in DRAM for replicas
+        whose HBM part stops where DRAM holds something of that run.
+        """
+        out: dict[int, int] = {}
+        if n <= 0 or not starts:
+            return ({}, out) if hbm_too else out
+        hbm = self.hbm
+        drops = []            # (piece k, replicas whose HBM part stops inside piece k)
+        if use_hbm:
+            d = hbm.get(starts[0])
+            if d:
+                c = lens[0] if lens[0] < n else n
+                alive = []
+                stop = []
+                for r, h in d.items():
+                    if h >= c:
+                        alive.append(r)
+                    else:
+                        out[r] = h
+                        stop.append(r)
+                if stop:
+                    drops.append((0, stop))
+                pos = c
+                k = 1
+                npieces = len(starts)
+                while alive and pos < n and k < npieces:
+                    d = hbm.get(starts[k])
+                    if not d:
+                        out.update(dict.fromkeys(alive, pos))
+                        drops.append((k, alive))
+                        alive = []
+                        break
+                    ln = lens[k]
+                    c = ln if ln < n - pos else n - pos
+                    nxt = []
+                    stop = []
+                    for r in alive:
+                        h = d.get(r, 0)
+                        if h >= c:
+                            nxt.append(r)
+                        else:
+                            out[r] = pos + h
+                            stop.append(r)
+                    if stop:
+                        drops.append((k, stop))
+                    alive = nxt
+                    pos += c
+                    k += 1
+                if alive:
+                    out.update(dict.fromkeys(alive, pos))
+        if not use_dram or not self.dram:
+            return (out, dict(out)) if hbm_too else out
+        hbm_only = dict(out) if hbm_too else None
+        # DRAM: a replica continues past its HBM part only if its DRAM holds the next block; ask
+        # its cache exactly where its DRAM holds some block of the run at that position
+        dram = self.dram
+        tiers = ("hbm", "dram") if use_hbm else ("dram",)
+        for k, stop in drops:
+            dr = dram.get(starts[k])
+            if dr:
+                for r in stop:
+                    if r in dr:
+                        out[r] = caches[r].matched_blocks(starts, lens, n, tiers)
+        d0 = dram.get(starts[0])
+        if d0:
+            for r in d0:
+                if r not in out:
+                    m = caches[r].matched_blocks(starts, lens, n, tiers)
+                    if m:
+                        out[r] = m
+        return (hbm_only, out) if hbm_too else out
+
+
+__all__ = ["HolderIndex"]
