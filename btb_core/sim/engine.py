@@ -222,16 +222,7 @@ class Simulator:
         if job.replica >= 0 or not (0 <= replica < self.num_replicas):
             raise ValueError(f"dispatch: request {request.request_id!r} to replica {replica!r}: "
                              "not a held request or not a valid replica")
-        request.drop_hash_ids()
-        rep = self.replicas[replica]
-        job.replica = replica
-        rep.waiting.append(job)
-        self.sample_queue(rep)
-        if not rep.busy:
-            if not rep.kick_pending:
-                self._plan(rep)
-        elif rep.op_kind == "stretch":
-            self._cut_stretch(rep)
+        self._enqueue(job, replica, plan_now=True)
 
     def start_transfer(self, src: int, dst: int, hash_ids: tuple, pieces, pause_destination: bool,
                        from_block: int = 0, hold: bool = False) -> int:
@@ -473,6 +464,16 @@ class Simulator:
         r = self._checked_route(req) if self.cluster_events else self.router.route(req)
         if r is None:     # held in the router's own queue; it calls dispatch() later
             return
+        self._enqueue(job, r)
+
+    def _enqueue(self, job, r: int, plan_now: bool = False) -> None:
+        """Put a routed job in replica ``r``'s queue (the main arrival loop inlines the same steps).
+
+        The replica is planned now with ``plan_now`` (a held request dispatched by the router),
+        else by a wake-up at this instant, after every arrival at it, as the trace path does.
+        Raises ``ValueError`` if ``r`` is not a replica.
+        """
+        req = job.req
         req.drop_hash_ids()
         if not (0 <= r < self.num_replicas):
             raise ValueError(f"router {type(self.router).__name__} returned replica {r!r} for request "
@@ -482,9 +483,12 @@ class Simulator:
         rep.waiting.append(job)
         self.sample_queue(rep)
         if not rep.busy:
-            if not rep.kick_pending:   # after every arrival at this instant, as the trace path does
-                rep.kick_pending = True
-                self._push(self.now, _KICK, rep)
+            if not rep.kick_pending:
+                if plan_now:
+                    self._plan(rep)
+                else:
+                    rep.kick_pending = True
+                    self._push(self.now, _KICK, rep)
         elif rep.op_kind == "stretch":
             self._cut_stretch(rep)
 
@@ -569,20 +573,7 @@ class Simulator:
         r = self._checked_route(req)
         if r is None:
             return
-        req.drop_hash_ids()
-        if not (0 <= r < self.num_replicas):
-            raise ValueError(f"router {type(self.router).__name__} returned replica {r!r} for request "
-                             f"{req.request_id!r}; valid replicas are 0..{self.num_replicas - 1}")
-        rep = self.replicas[r]
-        job.replica = r
-        rep.waiting.append(job)
-        self.sample_queue(rep)
-        if not rep.busy:
-            if not rep.kick_pending:
-                rep.kick_pending = True
-                self._push(self.now, _KICK, rep)
-        elif rep.op_kind == "stretch":
-            self._cut_stretch(rep)
+        self._enqueue(job, r)
 
     def _transfer_lost(self, tr) -> bool:
         """A copy whose source or destination failed while it was in flight lands nothing."""

@@ -29,16 +29,23 @@ class Chunked(Scheduler):
         chunks = []
         flops = 0.0
         loads = 0.0
+
+        def take(job, budget):
+            """Schedule ``job``'s next chunk within ``budget`` tokens; returns its tokens and FLOPs."""
+            rem = job.req.input_length - job.done_tokens
+            c = rem if rem < budget else budget
+            f = cost.prefill_flops(c, job.done_tokens)
+            chunks.append((job, c))
+            if early:
+                sim.complete(rep, job, job.done_tokens + c)
+            return c, f
+
         for job in rep.prefilling:
             if budget <= 0:
                 break
-            rem = job.req.input_length - job.done_tokens
-            c = rem if rem < budget else budget
-            flops += cost.prefill_flops(c, job.done_tokens)
-            chunks.append((job, c))
+            c, f = take(job, budget)
             budget -= c
-            if early:
-                sim.complete(rep, job, job.done_tokens + c)
+            flops += f
         waiting = rep.waiting
         admitted = False
         max_running = self.cluster.max_running
@@ -58,13 +65,9 @@ class Chunked(Scheduler):
             admitted = True
             rep.prefilling.append(job)
             loads += job.load_s
-            rem = job.req.input_length - job.done_tokens
-            c = rem if rem < budget else budget
-            flops += cost.prefill_flops(c, job.done_tokens)
-            chunks.append((job, c))
+            c, f = take(job, budget)
             budget -= c
-            if early:
-                sim.complete(rep, job, job.done_tokens + c)
+            flops += f
         if admitted:
             sim.sample_queue(rep)
         if not chunks:
