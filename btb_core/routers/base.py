@@ -30,12 +30,9 @@ def cached_blocks_all(view, hash_ids, tiers=("hbm", "dram", "disk")) -> dict[int
     f = getattr(view, "cached_blocks_all", None)
     if f is not None:
         return f(hash_ids, tiers)
-    out = {}
-    for r in range(view.num_replicas):
-        m = view.cached_blocks(r, hash_ids, tiers)
-        if m:
-            out[r] = m
-    return out
+    from ..sim.view import scan_cached_blocks
+
+    return scan_cached_blocks(view, hash_ids, tiers)
 
 
 def queue_length_all(view) -> list[int]:

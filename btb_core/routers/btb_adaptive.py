@@ -64,7 +64,7 @@ import pandas as pd
 
 from ..errors import ConfigError
 from .base import Router, cached_blocks_all, kv_usage_all
-from .holder_sets import BookHolders
+from .holder_sets import BookHolders, leading_held
 from .params import RouterParam, check_range
 
 #: Up to this many replicas :meth:`BTBAdaptiveRouter.predict` goes replica by replica (the same
@@ -263,14 +263,7 @@ class BTBAdaptiveRouter(Router):
         pend = self._pending[replica]
         if not pend or limit <= 0 or ids[0] not in pend:
             return 0
-        lo, hi = 1, limit
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if ids[mid - 1] in pend:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return leading_held(ids, pend, limit)
 
     def _landing(self, replica: int, ids) -> tuple[int, float]:
         """Deepest in-flight copy to ``replica`` that is a prefix of ``ids``: (blocks, land_s)."""

@@ -109,15 +109,7 @@ class BookHolders:
         out: dict[int, int] = {}
         if first.bit_count() <= 4:   # few holders: a binary search in each one's book is cheaper
             for r in _bits(first):
-                book = self.books[r]
-                lo, hi = 1, n
-                while lo < hi:
-                    mid = (lo + hi + 1) // 2
-                    if ids[mid - 1] in book:
-                        lo = mid
-                    else:
-                        hi = mid - 1
-                out[r] = lo
+                out[r] = leading_held(ids, self.books[r], n)
             return out
         # mask(k) = replicas holding the first k ids; the masks only lose bits as k grows. Find
         # every k in [1, n) where it changes (the replicas that stop there) by bisection.
@@ -144,6 +136,20 @@ class BookHolders:
         for r in _bits(mask(n)):
             out[r] = n
         return out
+
+
+def leading_held(ids, held, limit: int) -> int:
+    """How many leading ids of ``ids[:limit]`` are in ``held``, given ``ids[0] in held`` and
+    ``limit >= 1`` (binary search: a held set of chained prefixes holds every id before a held
+    one)."""
+    lo, hi = 1, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ids[mid - 1] in held:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _bits(mask: int):

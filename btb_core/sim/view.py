@@ -23,6 +23,18 @@ ALL_TIERS = ("hbm", "dram", "disk")
 _PIECES_CACHE_MAX = 1024
 
 
+def scan_cached_blocks(view, hash_ids, tiers=ALL_TIERS) -> dict[int, int]:
+    """``{replica: view.cached_blocks(replica, hash_ids, tiers)}`` for the replicas where it is
+    >= 1, one ``cached_blocks`` call per replica (the reference for the one-walk
+    :meth:`ClusterView.cached_blocks_all`; views without it, such as real engines', use this)."""
+    out = {}
+    for r in range(view.num_replicas):
+        m = view.cached_blocks(r, hash_ids, tiers)
+        if m:
+            out[r] = m
+    return out
+
+
 class ClusterView:
     """What a router may read from, and do to, the simulated cluster.
 
@@ -175,12 +187,7 @@ class ClusterView:
 
     def _scan_all(self, hash_ids, tiers) -> dict[int, int]:
         """:meth:`cached_blocks_all` by asking every replica (the reference answer)."""
-        out = {}
-        for r in range(self.num_replicas):
-            m = self.cached_blocks(r, hash_ids, tiers)
-            if m:
-                out[r] = m
-        return out
+        return scan_cached_blocks(self, hash_ids, tiers)
 
     # -- acting -----------------------------------------------------------------------------------
     def start_transfer(self, src: int, dst: int, hash_ids: Sequence[int],
