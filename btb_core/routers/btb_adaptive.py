@@ -263,7 +263,7 @@ class BTBAdaptiveRouter(Router):
         pend = self._pending[replica]
         if not pend or limit <= 0 or ids[0] not in pend:
             return 0
-        return leading_held(ids, pend, limit)
+        return leading_held(ids, pend, limit, 1)
 
     def _landing(self, replica: int, ids) -> tuple[int, float]:
         """Deepest in-flight copy to ``replica`` that is a prefix of ``ids``: (blocks, land_s)."""

@@ -109,7 +109,7 @@ class BookHolders:
         out: dict[int, int] = {}
         if first.bit_count() <= 4:   # few holders: a binary search in each one's book is cheaper
             for r in _bits(first):
-                out[r] = leading_held(ids, self.books[r], n)
+                out[r] = leading_held(ids, self.books[r], n, 1)
             return out
         # mask(k) = replicas holding the first k ids; the masks only lose bits as k grows. Find
         # every k in [1, n) where it changes (the replicas that stop there) by bisection.
@@ -138,11 +138,10 @@ class BookHolders:
         return out
 
 
-def leading_held(ids, held, limit: int) -> int:
-    """How many leading ids of ``ids[:limit]`` are in ``held``, given ``ids[0] in held`` and
-    ``limit >= 1`` (binary search: a held set of chained prefixes holds every id before a held
-    one)."""
-    lo, hi = 1, limit
+def leading_held(ids, held, limit: int, known: int = 0) -> int:
+    """How many leading ids of ``ids[:limit]`` are in ``held``, given that the first ``known`` are
+    (binary search: a held set of chained prefixes holds every id before a held one)."""
+    lo, hi = known, limit
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if ids[mid - 1] in held:

@@ -23,6 +23,8 @@ from __future__ import annotations
 import heapq
 from typing import Sequence
 
+from .holder_sets import leading_held
+
 
 class ApproxPrefixIndex:
     """Per-replica approximate prefix trees over chained block ids.
@@ -57,15 +59,7 @@ class ApproxPrefixIndex:
     # -- queries -------------------------------------------------------------------------------
     def match_blocks(self, replica: int, hash_ids: Sequence) -> int:
         """Number of leading ``hash_ids`` present in ``replica``'s tree (longest prefix match)."""
-        held = self._time[replica]
-        lo, hi = 0, len(hash_ids)  # answer k in [lo, hi]: hash_ids[:k] all held
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if hash_ids[mid - 1] in held:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return leading_held(hash_ids, self._time[replica], len(hash_ids))
 
     def match_tokens(self, replica: int, hash_ids: Sequence, input_length: int,
                      block_tokens: int) -> int:
