@@ -258,3 +258,82 @@ def test_each_server_count_gets_the_fit_of_its_own_calibration(tmp_path):
     assert sorted(back.fits) == [1, 2]
     assert back.fitted_for(2).linear_s_per_token == pytest.approx(2.6e-5, rel=1e-9)
     assert back.fitted_for(1).linear_s_per_token == pytest.approx(2e-5, rel=1e-9)
+
+
+def _scored(ttft_real, ttft_sim):
+    n = len(ttft_real)
+    return pd.DataFrame({"ttft_s": ttft_real, "sim_ttft_s": ttft_sim,
+                         "cached_tokens": [32] * n, "sim_cached_tokens": [32] * n,
+                         "cached_match": [True] * n,
+                         "ttft_rel_error": np.asarray(ttft_sim) / np.asarray(ttft_real) - 1.0})
+
+
+def test_repeated_runs_pool_requests_and_report_the_engine_noise():
+    # two real runs of the same 2 requests: means 1.0 and 1.5 s; the simulator says 1.0 s for both
+    from btb_core.engine.validate import pool_runs, summarise
+
+    runs = [_scored([0.5, 1.5], [0.5, 1.5]), _scored([1.0, 2.0], [0.5, 1.5])]
+    sums = [dict(summarise(r), sim_policy_ttft_mean_s=m, replay_wall_s=w)
+            for r, m, w in zip(runs, (1.0, 2.0), (3.0, 4.0))]
+    out = pool_runs(runs, sums)
+    assert out["requests"] == 4 and out["replay_repeats"] == 2
+    assert out["ttft_mean_real_s"] == pytest.approx(1.25)
+    assert out["ttft_mean_sim_s"] == pytest.approx(1.0)
+    assert out["ttft_mean_rel_error"] == pytest.approx(0.2)
+    # sample std of (1.0, 1.5) = 0.35355, over the mean 1.25
+    assert out["ttft_mean_real_cv"] == pytest.approx(np.sqrt(0.125) / 1.25)
+    # per-request errors 0, 0, 0.5, 0.25: median (0 + 0.25) / 2
+    assert out["ttft_median_request_rel_error"] == pytest.approx(0.125)
+    assert out["sim_policy_ttft_mean_s"] == pytest.approx(1.5)
+    assert out["replay_wall_s"] == pytest.approx(7.0)
+    one = pool_runs(runs[:1], sums[:1])
+    assert np.isnan(one["ttft_mean_real_cv"]) and one["ttft_mean_rel_error"] == pytest.approx(0.0)
+
+
+def test_drift_is_the_median_measured_over_fitted_ttft(monkeypatch):
+    import importlib
+
+    from btb_core.engine import calibrate as cal
+
+    val = importlib.import_module("btb_core.engine.validate")  # the module, not the function
+    fit = cal.fitted_engine(0.01, 0.02, 4e-4, 2e-7)
+    pts = [(1024, 0), (2048, 0), (1024, 4096)]
+    pred = fit.predict_ttft_s([s for s, _ in pts], [c for _, c in pts])
+
+    def fake(ports, **kw):
+        assert kw["cold_lengths"] == val.DRIFT_COLD_LENGTHS
+        rows = [{"kind": "cold" if c == 0 else "cached", "new_tokens": s, "cached_tokens": c,
+                 "ttft_s": p * k} for (s, c), p, k in zip(pts, pred, (1.10, 1.30, 1.15))]
+        rows.append({"kind": "decode", "new_tokens": 512, "cached_tokens": 0, "ttft_s": 99.0})
+        return pd.DataFrame(rows)
+
+    monkeypatch.setattr(cal, "measure_concurrent", fake)
+    out = val.measure_drift([1, 2], fit, salt=1)
+    assert out["calibration_drift"] == pytest.approx(0.15)  # the median, not the mean (0.183)
+    assert out["drift_requests"] == 3 and out["drift_busy_servers"] == 2
+
+
+def test_rescore_keeps_repeats_apart_and_pools_them():
+    # two copies of the same real run as repeats 0 and 1: pooled figures equal one run's, the
+    # run-to-run noise is 0, and each repeat is simulated on its own
+    from btb_core.engine import calibrate as cal
+    from btb_core.engine.validate import (REAL_COLUMNS, ValidationResult, head,
+                                          load_validation_trace, rescore)
+
+    calib = _synthetic_calibration(np.array([0.02, 0.015, 4e-4, 3e-7]), 1)
+    fit = cal.fit_cost(calib)
+    tr = head(load_validation_trace(), 6)
+    t = tr.table
+    real = pd.DataFrame({"request_id": t["request_id"], "replica": 0, "arrival_s": t["arrival_s"],
+                         "sent_s": t["arrival_s"], "input_length": t["input_length"],
+                         "output_length": t["output_length"], "ttft_s": 1.0, "e2e_s": 1.0,
+                         "cached_tokens": 0, "prompt_tokens": t["input_length"]})[list(REAL_COLUMNS)]
+    reqs = pd.concat([real.assign(policy="round_robin", num_replicas=1, repeat=k) for k in (0, 1)],
+                     ignore_index=True)
+    res = rescore(ValidationResult(calib, fit, reqs, pd.DataFrame(), {}, {1: fit}), trace=tr)
+    assert len(res.summary) == 1 and res.summary["replay_repeats"].iloc[0] == 2
+    assert res.summary["requests"].iloc[0] == 12
+    assert res.summary["ttft_mean_real_cv"].iloc[0] == pytest.approx(0.0)
+    assert sorted(res.requests["repeat"].unique().tolist()) == [0, 1]
+    a, b = (res.requests[res.requests["repeat"] == k]["sim_ttft_s"].to_numpy() for k in (0, 1))
+    assert np.array_equal(a, b)

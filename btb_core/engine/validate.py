@@ -20,7 +20,11 @@
 Error figures (per policy): ``cached_tokens_match_fraction`` (share of requests whose simulated
 reused tokens equal the engine's ``cached_tokens``), ``ttft_mean_rel_error`` and
 ``ttft_p90_rel_error`` (``|sim / real - 1|`` of the mean and 90th percentile of TTFT),
-``ttft_median_request_rel_error`` (median over requests of ``|sim / real - 1|``).
+``ttft_median_request_rel_error`` (median over requests of ``|sim / real - 1|``). With
+``replay_repeats`` >= 2 each policy is replayed that many times (each run simulated on its own
+send times and replicas), the figures pool every run's requests, and ``ttft_mean_real_cv`` gives
+the real engine's run-to-run noise; a drift check after the replays (:func:`measure_drift`)
+reports how far the machine's speed moved from the calibration (``info["calibration_drift"]``).
 """
 
 from __future__ import annotations
@@ -142,6 +146,55 @@ def summarise(df: pd.DataFrame) -> dict:
             "ttft_median_request_rel_error": float(np.median(np.abs(df["ttft_rel_error"])))}
 
 
+def pool_runs(frames, summaries) -> dict:
+    """One summary of a policy's repeated real runs (``frames``: :func:`score_run` tables, one per
+    repeat; ``summaries``: their :func:`summarise` dicts).
+
+    The error figures are :func:`summarise` of all repeats' requests pooled (each request is
+    compared with the simulation of its own run: same send times, same replicas); the pooled mean
+    averages out the engine's run-to-run noise. Added: ``replay_repeats`` and
+    ``ttft_mean_real_cv``, the coefficient of variation (sample standard deviation over mean) of
+    the per-repeat real mean TTFT: the real engine's own run-to-run noise on this machine, below
+    which no simulator error is meaningful (NaN with one repeat). ``sim_policy_*`` figures are
+    averaged over repeats and ``replay_wall_s`` summed.
+    """
+    out = summarise(pd.concat(list(frames), ignore_index=True))
+    means = np.array([s["ttft_mean_real_s"] for s in summaries], dtype=float)
+    out["replay_repeats"] = len(summaries)
+    out["ttft_mean_real_cv"] = (float(np.std(means, ddof=1) / np.mean(means))
+                                if len(means) > 1 else float("nan"))
+    for key in ("sim_policy_ttft_mean_s", "sim_policy_same_replica_fraction"):
+        if all(key in s for s in summaries):
+            out[key] = float(np.mean([s[key] for s in summaries]))
+    if all("replay_wall_s" in s for s in summaries):
+        out["replay_wall_s"] = float(sum(s["replay_wall_s"] for s in summaries))
+    return out
+
+
+#: Calibration points re-measured after the replays (:func:`measure_drift`).
+DRIFT_COLD_LENGTHS = (1024, 2048)
+DRIFT_CACHED_POINTS = ((4096, 1024),)
+
+
+def measure_drift(ports, fitted: cal.FittedEngine, salt: int) -> dict:
+    """Re-measure a few calibration points on every server of ``ports`` at once, after the
+    replays, and compare them with the fit used for that server count.
+
+    A shared machine's speed changes over minutes (other tenants, the host's placement of the
+    virtual cores); a change between calibration and replay is an error of the testbed that the
+    simulator cannot see. Returns ``calibration_drift`` (median over the re-measured requests of
+    measured / fitted TTFT, minus 1: positive = the engine ran slower at the end than the fit
+    says), ``drift_requests`` and ``drift_busy_servers``.
+    """
+    rows = cal.measure_concurrent(ports, repeats=1, cold_lengths=DRIFT_COLD_LENGTHS,
+                                  cached_points=DRIFT_CACHED_POINTS, salt=salt)
+    rows = rows[rows["kind"] != "decode"]
+    pred = fitted.predict_ttft_s(rows["new_tokens"].to_numpy(), rows["cached_tokens"].to_numpy())
+    ratio = rows["ttft_s"].to_numpy() / pred
+    return {"calibration_drift": float(np.median(ratio) - 1.0), "drift_requests": int(len(rows)),
+            "drift_busy_servers": len(list(ports))}
+
+
 @dataclass
 class ValidationResult:
     """What :func:`validate` returns (tables are pandas DataFrames)."""
@@ -236,15 +289,26 @@ def rescore(result: "ValidationResult", trace=None, seed: int = 0) -> "Validatio
     probe = ValidationResult(result.calibration, next(iter(fits.values())), result.requests,
                              result.summary, fits=fits)
     rows, frames = [], []
-    for (n, policy), real in result.requests.groupby(["num_replicas", "policy"], sort=False):
-        real = real.reset_index(drop=True)
-        tr = trace if trace is not None else head(load_validation_trace(), len(real))
-        df, summary = score_run(real, tr, probe.fitted_for(int(n)), int(n), policy, seed)
-        old = result.summary[(result.summary["num_replicas"] == n) & (result.summary["policy"] == policy)]
+    reqs = result.requests
+    if "repeat" not in reqs:
+        reqs = reqs.assign(repeat=0)
+    for (n, policy), both in reqs.groupby(["num_replicas", "policy"], sort=False):
+        runs, sums = [], []
+        for rep, real in both.groupby("repeat", sort=True):
+            real = real.reset_index(drop=True)
+            tr = trace if trace is not None else head(load_validation_trace(), len(real))
+            df, summary = score_run(real, tr, probe.fitted_for(int(n)), int(n), policy, seed)
+            df.insert(2, "repeat", int(rep))
+            runs.append(df)
+            sums.append(summary)
+        pooled = pool_runs(runs, sums)
+        prev = result.summary
+        old = (prev[(prev["num_replicas"] == n) & (prev["policy"] == policy)]
+               if {"num_replicas", "policy"} <= set(prev.columns) else prev.iloc[:0])
         if "replay_wall_s" in old and len(old):
-            summary["replay_wall_s"] = float(old["replay_wall_s"].iloc[0])
-        frames.append(df)
-        rows.append({"num_replicas": int(n), "policy": policy, **summary})
+            pooled["replay_wall_s"] = float(old["replay_wall_s"].iloc[0])
+        frames.extend(runs)
+        rows.append({"num_replicas": int(n), "policy": policy, **pooled})
     top = int(result.requests["num_replicas"].max())
     return ValidationResult(result.calibration, probe.fitted_for(top),
                             pd.concat(frames, ignore_index=True), pd.DataFrame(rows),
@@ -261,8 +325,9 @@ def head(trace, n: int):
 
 
 def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: int = 2,
-             seed: int = 0, max_requests: int | None = None, quick_calibration: bool = False,
-             calibration: pd.DataFrame | None = None, log=print) -> ValidationResult:
+             replay_repeats: int = 1, seed: int = 0, max_requests: int | None = None,
+             quick_calibration: bool = False, calibration: pd.DataFrame | None = None,
+             drift_check: bool = True, log=print) -> ValidationResult:
     """Run the validation (module docstring) and return per-request and summary tables.
 
     Parameters
@@ -277,6 +342,9 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
         refused).
     repeats : int
         Calibration repeats per point.
+    replay_repeats : int
+        Real runs per (server count, policy), each on a cold prefix cache; the summary pools
+        them and reports the engine's run-to-run noise (:func:`pool_runs`).
     max_requests : int, optional
         Replay only the first ``max_requests`` requests of the trace.
     quick_calibration : bool
@@ -285,6 +353,9 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
     calibration : DataFrame, optional
         Reuse an earlier calibration instead of measuring (rows without ``busy_servers`` count
         as measured on one server).
+    drift_check : bool
+        After the replays, re-measure a few calibration points and report how far the engine's
+        speed moved from the fit (:func:`measure_drift`; ``info["calibration_drift"]``).
     log : callable
         One-line progress messages (``None`` for silence).
 
@@ -300,6 +371,8 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
             raise ConfigError("policy 'btb' copies KV between replicas, which the real servers "
                               "here do not support; choose from round_robin, least_load, "
                               "cache_aware, kv_aware, power_of_two, random, llm_d")
+    if int(replay_repeats) < 1:
+        raise ConfigError(f"replay_repeats must be >= 1, got {replay_repeats!r}")
     for n in replicas:
         if n not in (1, 2):
             raise ConfigError(f"--replicas {n}: must be 1 or 2 (one core per server)")
@@ -333,26 +406,41 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
             ports = cluster.ports[:n]
             fitted = probe.fitted_for(n)
             for policy in policies:
-                salt += 1
-                cluster.reset_prefix_caches()
-                t0 = time.perf_counter()
-                real = replay(trace, make_router(policy), ports, salt=salt, seed=seed)
-                df, summary = score_run(real, trace, fitted, n, policy, seed)
-                frames.append(df)
-                summary["replay_wall_s"] = time.perf_counter() - t0
-                rows.append({"num_replicas": n, "policy": policy, **summary})
-                say(f"{n} server(s) {policy:12s}: cached match "
-                    f"{summary['cached_tokens_match_fraction']:.3f}, TTFT mean real "
-                    f"{summary['ttft_mean_real_s']:.3f} s sim {summary['ttft_mean_sim_s']:.3f} s, "
-                    f"p90 err {summary['ttft_p90_rel_error']:.3f}")
+                runs, sums = [], []
+                for rep in range(int(replay_repeats)):
+                    salt += 1
+                    cluster.reset_prefix_caches()
+                    t0 = time.perf_counter()
+                    real = replay(trace, make_router(policy), ports, salt=salt, seed=seed)
+                    df, summary = score_run(real, trace, fitted, n, policy, seed)
+                    df.insert(2, "repeat", rep)
+                    summary["replay_wall_s"] = time.perf_counter() - t0
+                    runs.append(df)
+                    sums.append(summary)
+                    tag = f" run {rep + 1}/{replay_repeats}" if replay_repeats > 1 else ""
+                    say(f"{n} server(s) {policy:12s}{tag}: cached match "
+                        f"{summary['cached_tokens_match_fraction']:.3f}, TTFT mean real "
+                        f"{summary['ttft_mean_real_s']:.3f} s sim {summary['ttft_mean_sim_s']:.3f} s, "
+                        f"p90 err {summary['ttft_p90_rel_error']:.3f}")
+                frames.extend(runs)
+                rows.append({"num_replicas": n, "policy": policy, **pool_runs(runs, sums)})
+        drift = {}
+        if drift_check:
+            say("re-measuring calibration points (speed drift since calibration) ...")
+            drift = measure_drift(cluster.ports[:n_servers], probe.fitted_for(n_servers),
+                                  salt=900_000 + salt)
+            say(f"calibration drift: {drift['calibration_drift']:+.1%} (measured / fitted TTFT - 1, "
+                f"{n_servers} server(s) busy)")
     info = {"trace": getattr(trace, "name", "trace"), "trace_requests": int(len(trace.table)),
             "block_tokens": ENGINE_BLOCK_TOKENS, "chunk_tokens": ENGINE_CHUNK_TOKENS,
+            "replay_repeats": int(replay_repeats), **drift,
             "wall_s": time.perf_counter() - t_start}
     return ValidationResult(calibration, probe.fitted_for(max(replicas)),
                             pd.concat(frames, ignore_index=True), pd.DataFrame(rows), info, fits)
 
 
-__all__ = ["DEFAULT_POLICIES", "DEFAULT_TRACE", "SHIPPED_RESULT", "FixedAssignment", "GOALS", "ValidationResult",
+__all__ = ["DEFAULT_POLICIES", "DEFAULT_TRACE", "DRIFT_CACHED_POINTS", "DRIFT_COLD_LENGTHS",
+           "SHIPPED_RESULT", "FixedAssignment", "GOALS", "ValidationResult",
            "compare", "engine_blocks", "engine_cluster_config", "load_result", "load_validation_trace",
-           "save_result",
+           "measure_drift", "pool_runs", "save_result",
            "head", "rescore", "score_run", "summarise", "validate"]
