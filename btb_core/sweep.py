@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,13 +130,13 @@ class Grid:
 
         dataset = Path(spec["dataset"])
         if not dataset.is_absolute():
-            dataset = base_dir / dataset
+            dataset = Path(os.path.normpath(base_dir / dataset))  # examples/../build -> build
         if out is not None:  # given on the command line: relative to the current directory
             out_path = Path(out).resolve()
         else:                # from the grid file: relative to the grid file
             out_path = Path(spec.get("out") or "build/sweeps/results")
             if not out_path.is_absolute():
-                out_path = base_dir / out_path
+                out_path = Path(os.path.normpath(base_dir / out_path))
         return cls(str(dataset), str(spec.get("split", "train")), setups, schedulers, replicas,
                    tuple(policies), seed, max_windows, str(out_path))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 
@@ -76,4 +77,7 @@ def test_example_grid_ships_and_readme_uses_it():
     path = REPO_ROOT / "examples" / "sweep_grid.yaml"
     grid = Grid.from_file(path)
     assert grid.dataset.endswith("build/bursted-quick") and grid.split == "train"
+    # paths relative to the grid file are normalised: no "examples/../build" in what is printed
+    assert ".." not in Path(grid.dataset).parts and ".." not in Path(grid.out).parts
+    assert Path(grid.out) == REPO_ROOT / "build" / "sweeps" / "example"
     assert "btb sweep --grid examples/sweep_grid.yaml" in (REPO_ROOT / "README.md").read_text()
