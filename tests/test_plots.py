@@ -126,3 +126,24 @@ def test_tidy_one_precision_per_column_integers_as_integers():
     assert ratios.to_html().count(">1.00<") == 2
     assert column_decimals([0.0, 0.0]) == 0 and column_decimals([1e-9]) == 6
     assert list(tidy(df, None)["requests"]) == [1, 500]
+
+
+def test_engine_policy_chart_draws_each_real_run_as_a_dot():
+    import pandas as pd
+
+    from btb_core.plots.engine import policy_chart
+
+    summary = pd.DataFrame({"num_replicas": [2], "policy": ["round_robin"],
+                            "ttft_mean_real_s": [1.5], "ttft_mean_sim_s": [1.4]})
+    reqs = pd.DataFrame({"num_replicas": 2, "policy": "round_robin", "repeat": [0, 0, 1, 1],
+                         "ttft_s": [1.0, 1.2, 1.8, 2.0]})
+    spec = policy_chart(summary, reqs).to_dict()
+    rows = next(iter(spec["datasets"].values()))
+    runs = sorted((r["run"], round(r["ttft_mean_s"], 6)) for r in rows if r["run"] != "pooled")
+    assert runs == [("run 1", 1.1), ("run 2", 1.9)]
+    marks = [layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"]
+             for layer in spec["spec"]["layer"]]
+    assert marks == ["bar", "point"]
+    # one repeat: no dots
+    one = policy_chart(summary, reqs[reqs["repeat"] == 0]).to_dict()
+    assert all(r["run"] == "pooled" for r in next(iter(one["datasets"].values())))

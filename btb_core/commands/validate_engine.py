@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
                  drop=("ttft_median_request_rel_error", "ttft_p90_rel_error", "requests")))
     drift = res.info.get("calibration_drift")
     if drift is not None:
-        print(f"calibration drift after the replays: {drift:+.1%} (measured / fitted TTFT - 1; "
-              "errors of that size are the machine, not the model)")
+        print(f"calibration drift after the replays: {drift:+.1%} (measured / fitted TTFT - 1):\n"
+              "the machine's speed changed that much; errors of that size are not the model's")
     return 0
 

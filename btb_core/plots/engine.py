@@ -72,25 +72,40 @@ def scatter_chart(requests: pd.DataFrame) -> alt.FacetChart:
             .properties(title="Per request: simulated vs real TTFT (dashed: equal)"))
 
 
-def policy_chart(summary: pd.DataFrame) -> alt.FacetChart:
-    """Mean TTFT per policy, real vs simulated, one panel per server count."""
+def policy_chart(summary: pd.DataFrame, requests: pd.DataFrame | None = None) -> alt.FacetChart:
+    """Mean TTFT per policy, real vs simulated, one panel per server count.
+
+    With ``requests`` (per-request rows with a ``repeat`` column, :func:`validate`'s
+    ``requests``) and more than one repeat, each real run's mean TTFT is drawn as a black dot on
+    the real bar: the spread of the dots is the engine's own run-to-run noise.
+    """
     long = summary.melt(id_vars=["num_replicas", "policy"],
                         value_vars=["ttft_mean_real_s", "ttft_mean_sim_s"],
                         var_name="source", value_name="ttft_mean_s")
     long["source"] = long["source"].map({"ttft_mean_real_s": "real (vLLM)",
                                          "ttft_mean_sim_s": "simulated"})
+    long["run"] = "pooled"
+    if requests is not None and "repeat" in requests and requests["repeat"].nunique() > 1:
+        runs = (requests.groupby(["num_replicas", "policy", "repeat"], sort=False)["ttft_s"].mean()
+                .rename("ttft_mean_s").reset_index())
+        runs["source"] = "real (vLLM)"
+        runs["run"] = runs["repeat"].map(lambda k: f"run {int(k) + 1}")
+        long = pd.concat([long, runs.drop(columns=["repeat"])], ignore_index=True)
     long["servers"] = long["num_replicas"].map(lambda n: f"{n} server{'s' if n > 1 else ''}")
     order = policy_order(long["policy"])
-    return (alt.Chart(long).mark_bar()
-            .encode(x=alt.X("policy:N", sort=order, title=None),
-                    xOffset=alt.XOffset("source:N"),
-                    y=alt.Y("ttft_mean_s:Q", title="mean TTFT (s)"),
-                    color=alt.Color("source:N", title=None,
+    base = alt.Chart().encode(x=alt.X("policy:N", sort=order, title=None),
+                              xOffset=alt.XOffset("source:N"),
+                              y=alt.Y("ttft_mean_s:Q", title="mean TTFT (s)"))
+    bars = (base.mark_bar().transform_filter(alt.datum.run == "pooled")
+            .encode(color=alt.Color("source:N", title=None,
                                     scale=alt.Scale(range=["#4c78a8", "#f58518"])),
-                    tooltip=["policy", "source", alt.Tooltip("ttft_mean_s:Q", format=".3f")])
-            .properties(width=260, height=240)
+                    tooltip=["policy", "source", alt.Tooltip("ttft_mean_s:Q", format=".3f")]))
+    dots = (base.mark_point(filled=True, color="black", size=30)
+            .transform_filter(alt.datum.run != "pooled")
+            .encode(tooltip=["policy", "run", alt.Tooltip("ttft_mean_s:Q", format=".3f")]))
+    return (alt.layer(bars, dots, data=long).properties(width=260, height=240)
             .facet(column=alt.Column("servers:N", title=None))
-            .properties(title="Mean TTFT per policy: real vs simulated"))
+            .properties(title="Mean TTFT per policy: real vs simulated (dots: each real run)"))
 
 
 __all__ = ["calibration_chart", "policy_chart", "scatter_chart"]
