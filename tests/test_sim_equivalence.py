@@ -173,9 +173,10 @@ def test_pinned_cases_cover_every_tier_and_copies():
     assert (tr["landed_blocks"] > 0).all() and len(tr) >= 4
 
 
-@pytest.mark.parametrize("windows", [1, 2, 3])
-def test_fast_bursted_builder_equals_make_trace_path(windows):
-    fast = shapes.bursted_shaped_trace(windows=windows)
+@pytest.mark.parametrize("windows,compact", [(1, True), (2, True), (3, True), (2, False)])
+def test_fast_bursted_builder_equals_make_trace_path(windows, compact):
+    fast = shapes.bursted_shaped_trace(windows=windows, compact=compact)
+    assert fast.compact == compact
     ref = shapes.bursted_shaped_trace_via_make_trace(windows=windows)
     assert fast.hash_flat.dtype == ref.hash_flat.dtype == np.int32
     np.testing.assert_array_equal(fast.hash_flat, ref.hash_flat)

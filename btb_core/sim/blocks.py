@@ -17,10 +17,12 @@ blocks (up to 257 on Bursted prefixes).
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 
 import numpy as np
 
 from ..errors import TraceError
+from ..trace.runs import BlockRuns
 
 #: Rows of ``hash_flat`` processed per numpy step when checking the chain, to bound temporaries.
 _CHUNK = 1 << 22
@@ -54,6 +56,65 @@ def path_spans(starts, lens, a: int, b: int) -> list[tuple[int, int, int]]:
     return out
 
 
+def _check_negative(flat, offsets, name) -> None:
+    if len(flat) and int(flat.min()) < 0:
+        j = int(np.flatnonzero(flat < 0)[0])
+        raise TraceError(f"{name}, row {int(np.searchsorted(offsets, j, 'right') - 1)}: "
+                         f"block id {int(flat[j])} is negative")
+
+
+def _chain_violation(start, length, head_parent) -> bool:
+    """True if some id would get two parents: a run head seen with two different parents, or a
+    run head that also lies inside a run (``start`` < id < ``start + length``) elsewhere."""
+    r = len(start)
+    if not r:
+        return False
+    keys = np.unique((start << 32) | (head_parent + 1))   # (head, parent) pairs, sorted by head
+    heads = keys >> 32
+    if len(heads) > 1 and np.any(heads[1:] == heads[:-1]):
+        return True
+    # inside-run test: runs sorted by start, the largest end among runs starting before the head
+    order = np.argsort(start, kind="stable")
+    s_sorted = start[order]
+    end_max = np.maximum.accumulate(start[order] + length[order])
+    k = np.searchsorted(s_sorted, heads, "left")      # runs starting strictly before each head
+    inside = np.zeros(len(heads), bool)
+    has = k > 0
+    inside[has] = end_max[k[has] - 1] > heads[has]
+    return bool(inside.any())
+
+
+def _check_chain_flat(flat, offsets, name) -> None:
+    """The flat-array chain check: raises :class:`TraceError` at the first occurrence of an id
+    whose parent differs from the one recorded for it (the message names the row and ids)."""
+    m = len(flat)
+    num_ids = int(flat.max()) + 1 if m else 0
+    starts = np.zeros(m, bool)
+    lengths = np.diff(offsets)
+    starts[offsets[:-1][lengths > 0]] = True
+    parent = np.full(num_ids, -2, np.int32)            # -2: never seen, -1: a first block
+    for lo in range(0, m, _CHUNK):                     # scatter: parent[id] = previous id
+        hi = min(m, lo + _CHUNK)
+        prev = np.empty(hi - lo, np.int32)
+        prev[1:] = flat[lo:hi - 1]
+        prev[0] = flat[lo - 1] if lo else -1
+        prev[starts[lo:hi]] = -1
+        parent[flat[lo:hi]] = prev
+    for lo in range(0, m, _CHUNK):                     # gather: check every occurrence agrees
+        hi = min(m, lo + _CHUNK)
+        prev = np.empty(hi - lo, np.int32)
+        prev[1:] = flat[lo:hi - 1]
+        prev[0] = flat[lo - 1] if lo else -1
+        prev[starts[lo:hi]] = -1
+        bad = parent[flat[lo:hi]] != prev
+        if bad.any():
+            j = lo + int(np.flatnonzero(bad)[0])
+            row = int(np.searchsorted(offsets, j, "right") - 1)
+            raise TraceError(f"{name}, row {row}: block id {int(flat[j])} follows "
+                             f"{int(prev[j - lo])} here but {int(parent[flat[j]])} elsewhere: "
+                             "ids are not chained (build the trace with make_trace)")
+
+
 class BlockIndex:
     """Parents, run starts and per-row pieces of a trace's chained ids.
 
@@ -66,14 +127,22 @@ class BlockIndex:
     name : str
         Trace name for error messages.
 
+    :meth:`from_runs` builds the same index from the ids held as runs (``Trace.hash_runs``) without
+    the flat array: a row's pieces are exactly its runs.
+
     Attributes
     ----------
     num_ids : int
         ``max(id) + 1``.
-    piece_offsets : list[int]
-        Length n + 1: row ``i``'s pieces are ``piece_start[piece_offsets[i]:piece_offsets[i+1]]``.
-    piece_start, piece_len : list[int]
-        First id and length (blocks) of every piece, row after row.
+    heads, head_len, head_parent : array.array of int32
+        The runs of the id space, ascending: run ``k`` holds ids ``heads[k] .. heads[k] +
+        head_len[k] - 1``, and the parent of its first id is ``head_parent[k]`` (-1: a first
+        block). Ids in no run do not occur in the trace. (One entry per run, not per id: 12 bytes
+        per run where per-id arrays took 8 bytes per id, ~120 MB at 1,000,000 Bursted-shaped rows.)
+    piece_offsets : numpy.ndarray
+        int64, length n + 1: row ``i``'s pieces are ``piece_start[piece_offsets[i]:piece_offsets[i+1]]``.
+    piece_start, piece_len : numpy.ndarray
+        int32: first id and length (blocks) of every piece, row after row.
 
     Raises
     ------
@@ -82,68 +151,81 @@ class BlockIndex:
         trace, the row and the id.
     """
 
-    __slots__ = ("num_ids", "parent", "run_start", "piece_offsets", "piece_start", "piece_len")
+    __slots__ = ("num_ids", "heads", "head_len", "head_parent", "piece_offsets", "piece_start",
+                 "piece_len")
 
     def __init__(self, hash_flat: np.ndarray, hash_offsets: np.ndarray, name: str = "trace") -> None:
         flat = np.asarray(hash_flat)
         offsets = np.asarray(hash_offsets, dtype=np.int64)
-        m = len(flat)
-        if m and int(flat.min()) < 0:
-            j = int(np.flatnonzero(flat < 0)[0])
-            raise TraceError(f"{name}, row {int(np.searchsorted(offsets, j, 'right') - 1)}: "
-                             f"block id {int(flat[j])} is negative")
-        num_ids = int(flat.max()) + 1 if m else 0
-        starts = np.zeros(m, bool)
-        lengths = np.diff(offsets)
-        starts[offsets[:-1][lengths > 0]] = True
-        parent = np.full(num_ids, -2, np.int32)            # -2: never seen, -1: a first block
-        for lo in range(0, m, _CHUNK):                     # scatter: parent[id] = previous id
-            hi = min(m, lo + _CHUNK)
-            prev = np.empty(hi - lo, np.int32)
-            prev[1:] = flat[lo:hi - 1]
-            prev[0] = flat[lo - 1] if lo else -1
-            prev[starts[lo:hi]] = -1
-            parent[flat[lo:hi]] = prev
-        for lo in range(0, m, _CHUNK):                     # gather: check every occurrence agrees
-            hi = min(m, lo + _CHUNK)
-            prev = np.empty(hi - lo, np.int32)
-            prev[1:] = flat[lo:hi - 1]
-            prev[0] = flat[lo - 1] if lo else -1
-            prev[starts[lo:hi]] = -1
-            bad = parent[flat[lo:hi]] != prev
-            if bad.any():
-                j = lo + int(np.flatnonzero(bad)[0])
-                row = int(np.searchsorted(offsets, j, "right") - 1)
-                raise TraceError(f"{name}, row {row}: block id {int(flat[j])} follows "
-                                 f"{int(prev[j - lo])} here but {int(parent[flat[j]])} elsewhere: "
-                                 "ids are not chained (build the trace with make_trace)")
-        ids = np.arange(num_ids, dtype=np.int64)
-        linked = parent.astype(np.int64) == ids - 1
-        run_start = np.maximum.accumulate(np.where(linked, 0, ids)) if num_ids else ids
-        # pieces: break wherever a row starts or the next id is not the previous id + 1
-        brk = starts
-        for lo in range(1, m, _CHUNK):                     # int32 differences never overflow
-            hi = min(m, lo + _CHUNK)
-            brk[lo:hi] |= (flat[lo:hi] - flat[lo - 1:hi - 1]) != 1
-        pidx = np.flatnonzero(brk)
-        plen = np.diff(np.append(pidx, m))
+        _check_negative(flat, offsets, name)
+        self._build(BlockRuns.from_flat(flat, offsets), name, (flat, offsets))
+
+    @classmethod
+    def from_runs(cls, runs: BlockRuns, name: str = "trace") -> "BlockIndex":
+        """The index of ids held as runs (``Trace.hash_runs``); equal to ``BlockIndex(hash_flat,
+        hash_offsets)`` of the same ids, errors included, without expanding them."""
+        self = object.__new__(cls)
+        self._build(runs, name, None)
+        return self
+
+    def _build(self, runs: BlockRuns, name: str, flat_offsets) -> None:
+        start = runs.start.astype(np.int64)
+        length = runs.length.astype(np.int64)
+        row_runs = runs.row_runs
+        r = len(start)
+        num_ids = int((start + length).max()) if r else 0
+        # parent of each run's first id: the previous run's last id in its row, -1 at a row start
+        first_of_row = np.zeros(r, bool)
+        first_of_row[row_runs[:-1][np.diff(row_runs) > 0]] = True
+        head_parent = np.empty(r, np.int64)
+        if r:
+            head_parent[0] = -1
+            head_parent[1:] = start[:-1] + length[:-1] - 1
+            head_parent[first_of_row] = -1
+        # chained iff every id has one parent: a run's first id never gets two different parents,
+        # and never also appears inside a run (where its parent is the id before it)
+        bad = _chain_violation(start, length, head_parent)
+        if bad:
+            flat, offsets = flat_offsets if flat_offsets is not None else (runs.to_flat(), runs.offsets)
+            _check_chain_flat(flat, offsets, name)     # raises with the first bad occurrence
+            raise TraceError(f"{name}: block ids are not chained (build the trace with make_trace)")
+        # the runs of the id space: a head's run is [head, head + its longest piece), its parent
+        # the head's (a chained trace puts every seen id in exactly one such run)
+        order = np.argsort(start, kind="stable")
+        s_sorted = start[order]
+        first = np.ones(r, bool)
+        if r > 1:
+            first[1:] = s_sorted[1:] != s_sorted[:-1]
+        at = np.flatnonzero(first)
+        heads = s_sorted[at]
+        longest = np.maximum.reduceat(length[order], at) if r else length
+        parents = head_parent[order][at]
         self.num_ids = num_ids
-        self.parent = array("i", parent.tobytes())
-        self.run_start = array("i", run_start.astype(np.int32).tobytes())
-        self.piece_offsets = np.searchsorted(pidx, offsets[:-1]).tolist() + [len(pidx)]
-        self.piece_start = flat[pidx].tolist()
-        self.piece_len = plen.tolist()
+        self.heads = array("i", heads.astype(np.int32).tobytes())
+        self.head_len = array("i", longest.astype(np.int32).tobytes())
+        self.head_parent = array("i", parents.astype(np.int32).tobytes())
+        self.piece_offsets = row_runs
+        self.piece_start = runs.start
+        self.piece_len = runs.length
 
     def row_pieces(self, i: int) -> tuple[list[int], list[int]]:
-        """(run start ids, lengths) of row ``i``'s pieces, in path order."""
-        a, b = self.piece_offsets[i], self.piece_offsets[i + 1]
-        return self.piece_start[a:b], self.piece_len[a:b]
+        """(run start ids, lengths) of row ``i``'s pieces, in path order (Python lists)."""
+        a, b = int(self.piece_offsets[i]), int(self.piece_offsets[i + 1])
+        return self.piece_start[a:b].tolist(), self.piece_len[a:b].tolist()
+
+    def _run_index(self, y: int) -> int:
+        """Index ``k`` of the run holding id ``y``, or -1 if ``y`` does not occur."""
+        heads = self.heads
+        k = bisect_right(heads, y) - 1
+        if k < 0 or y >= heads[k] + self.head_len[k]:
+            return -1
+        return k
 
     def path_pieces(self, hash_ids) -> tuple[list[int], list[int]] | None:
         """Pieces of ``hash_ids`` if it is a root path of this trace's ids, else None.
 
         A root path is a leading part of some row's ids (first block included). Cost: one walk up
-        the runs plus one C-level comparison of the ids.
+        the runs (a binary search each) plus one C-level comparison of the ids.
         """
         n = len(hash_ids)
         if n == 0:
@@ -152,19 +234,23 @@ class BlockIndex:
         if not isinstance(y, (int, np.integer)) or not (0 <= y < self.num_ids):
             return None
         y = int(y)
-        if self.parent[y] == -2:
+        k = self._run_index(y)
+        if k < 0:
             return None
         starts, lens = [], []
-        parent, run_start = self.parent, self.run_start
+        heads, parents = self.heads, self.head_parent
         total = 0
-        while y >= 0:
-            s = run_start[y]
+        while True:
+            s = heads[k]
             starts.append(s)
             lens.append(y - s + 1)
             total += y - s + 1
             if total > n:
                 return None
-            y = parent[s]
+            y = parents[k]
+            if y < 0:
+                break
+            k = bisect_right(heads, y) - 1
         if total != n:
             return None
         starts.reverse()
@@ -181,7 +267,8 @@ class BlockIndex:
         if not isinstance(block, (int, np.integer)) or not (0 <= block < self.num_ids):
             return None
         block = int(block)
-        if self.parent[block] == -2:
+        k = self._run_index(block)
+        if k < 0:
             return None
-        s = self.run_start[block]
+        s = self.heads[k]
         return s, block - s

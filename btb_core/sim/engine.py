@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import heapq
 import sys
+from array import array
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from .blocks import BlockIndex, piece_at
 from .holders import HolderIndex
 from .kvcache import DiskTier, KVCache
 from .lag import LaggedView, LoggedKVCache
-from .metrics import SimResult, build_result
+from .metrics import RequestColumns, SimResult, build_result
 from .replica import DecodeModel, Job, Replica
 from .request import Request
 from .schedulers import SCHEDULERS
@@ -31,6 +32,13 @@ from .view import ClusterView
 
 _TRANSFER, _OP, _ARRIVAL, _KICK, _SNAP = 0, 1, 2, 3, 4
 _CLUSTER = 1.5   # cluster events: after operation ends, before arrivals at the same instant
+
+
+def _column(trace, name: str):
+    """A trace column other than ``hash_ids`` (pandas Series), without expanding a compact
+    trace's ids (:meth:`btb_core.trace.Trace.column`)."""
+    col = getattr(trace, "column", None)
+    return col(name) if col is not None else trace.table[name]
 
 
 class Transfer:
@@ -157,11 +165,17 @@ class Simulator:
         self._heap = []
         self._seq = 0
         self.transfers: list[Transfer] = []
-        # time series as columns (time_s, replica, queue_length) and (replica, start_s, end_s)
-        self.queue_samples: tuple[list, list, list] = ([], [], [])
-        self.busy_intervals: tuple[list, list, list] = ([], [], [])
+        # time series as typed columns (8 bytes a value): (time_s, replica, queue_length) and
+        # (replica, start_s, end_s)
+        self.queue_samples = (array("d"), array("q"), array("q"))
+        self.busy_intervals = (array("q"), array("d"), array("d"))
         self.events = 0
+        #: Every request's record, by row (closed-loop runs only: later turns are released by
+        #: earlier ones). Otherwise records are made a chunk of arrivals at a time and dropped
+        #: when the request finishes; finished requests live on as :attr:`results` columns.
         self.jobs: list[Job] = []
+        self._held_jobs: dict[int, Job] = {}   # row -> record of a request the router held back
+        self.results: RequestColumns | None = None
         self.blocks: BlockIndex | None = None
         self._on_blocks = getattr(router, "on_blocks_complete", None)
         #: What the router sees: a ClusterView, or a LaggedView (stale KV events / loads, sim/lag.py)
@@ -218,10 +232,11 @@ class Simulator:
     def dispatch(self, request, replica: int) -> None:
         """Send ``request``, which the router held back (``route`` returned None), to ``replica``
         now. Raises ``ValueError`` on an invalid replica or a request not held back."""
-        job = self.jobs[request.index]
-        if job.replica >= 0 or not (0 <= replica < self.num_replicas):
+        job = self._held_jobs.get(request.index)
+        if job is None or job.replica >= 0 or not (0 <= replica < self.num_replicas):
             raise ValueError(f"dispatch: request {request.request_id!r} to replica {replica!r}: "
                              "not a held request or not a valid replica")
+        del self._held_jobs[request.index]
         self._enqueue(job, replica, plan_now=True)
 
     def start_transfer(self, src: int, dst: int, hash_ids: tuple, pieces, pause_destination: bool,
@@ -288,40 +303,34 @@ class Simulator:
 
     def _run(self) -> SimResult:
         trace = self.trace
-        table = trace.table
-        n = len(table)
-        arrival = table["arrival_s"].to_numpy(dtype=np.float64)
+        n = len(trace)
+        arrival = _column(trace, "arrival_s").to_numpy(dtype=np.float64)
         if n and (not np.all(np.isfinite(arrival)) or np.any(np.diff(arrival) < 0)):
             raise ConfigError(f"trace {getattr(trace, 'name', '?')}: arrival_s must be finite and sorted")
-        input_len = table["input_length"].to_numpy(dtype=np.int64).tolist()
-        output_len = table["output_length"].to_numpy(dtype=np.int64).tolist()
-        req_ids = table["request_id"].tolist()
-        flat = trace.hash_flat
-        offsets = trace.hash_offsets.tolist()
         plan = self.sessions
+        name = getattr(trace, "name", "trace")
         if plan is None:
-            self.blocks = blocks = BlockIndex(flat, trace.hash_offsets, getattr(trace, "name", "trace"))
+            runs = getattr(trace, "hash_runs", None)
+            self.blocks = (BlockIndex.from_runs(runs, name) if runs is not None
+                           else BlockIndex(trace.hash_flat, trace.hash_offsets, name))
         else:   # rows n..2n-1: every row's extended path (full prompt blocks, then output blocks)
-            self.blocks = blocks = BlockIndex(
+            flat = trace.hash_flat
+            self.blocks = BlockIndex(
                 np.concatenate([flat, plan.ext_flat]),
-                np.concatenate([trace.hash_offsets, plan.ext_offsets[1:] + len(flat)]),
-                getattr(trace, "name", "trace"))
-        p_off, p_start, p_len = blocks.piece_offsets, blocks.piece_start, blocks.piece_len
-        arrival_l = arrival.tolist()
-        bt = self.block_tokens
-        jobs = self.jobs
-        for i in range(n):
-            req = Request(i, req_ids[i], arrival_l[i], input_len[i], max(1, output_len[i]), None, bt,
-                          (flat, offsets[i], offsets[i + 1]))
-            a, b = p_off[i], p_off[i + 1]
-            full = input_len[i] // bt           # complete blocks (capped: ids may be missing)
-            if full > offsets[i + 1] - offsets[i]:
-                full = offsets[i + 1] - offsets[i]
-            jobs.append(Job(req, p_start[a:b], p_len[a:b], full))
-        arrive_jobs, arrive_s = jobs, arrival_l
+                np.concatenate([trace.hash_offsets, plan.ext_offsets[1:] + len(flat)]), name)
+        self._rows = (arrival, _column(trace, "input_length").to_numpy(dtype=np.int64),
+                      _column(trace, "output_length").to_numpy(dtype=np.int64),
+                      _column(trace, "request_id"), np.diff(trace.hash_offsets))
+        self.results = RequestColumns(n, cluster_events=bool(self.cluster_events))
         if plan is not None:
-            arrive_jobs, arrive_s = self._closed_loop_setup(n, p_off, p_start, p_len)
-        n_arrive = len(arrive_jobs)
+            self.jobs = self._make_jobs(0, n)
+            arrive_jobs, arrive_s = self._closed_loop_setup(n)
+            chunks = iter([(arrive_jobs, arrive_s)])
+        else:
+            chunks = self._arrival_chunks(n)
+        arrive_jobs, arrive_s = next(chunks, ((), ()))
+        n_chunk = len(arrive_s)
+        j = 0                     # next arrival in the current chunk
 
         router = self.router
         if self.kv_event_lag_s > 0 or self.load_lag_s > 0:
@@ -337,12 +346,13 @@ class Simulator:
             for ev in self.cluster_events:
                 self._push(ev.t_s, _CLUSTER, ev)
         bar = self._progress_bar(n)
-        i = 0
+        i = 0                     # arrivals so far
         events = 0
         inf = float("inf")
+        held = self._held_jobs
         q_time, q_replica, q_len = self.queue_samples
         while True:
-            next_arrival = arrive_s[i] if i < n_arrive else inf
+            next_arrival = arrive_s[j] if j < n_chunk else inf
             if heap and (heap[0][0] < next_arrival
                          or (heap[0][0] == next_arrival and heap[0][1] < _ARRIVAL)):
                 t, prio, _, obj, token = heapq.heappop(heap)
@@ -361,24 +371,30 @@ class Simulator:
                     self._transfer_done(obj)
                 elif prio == _SNAP:
                     obj.snapshot()
-                    if i < n_arrive or self._pending_turns:   # routers look while arrivals remain
+                    if j < n_chunk or self._pending_turns:   # routers look while arrivals remain
                         self._push(t + self.load_lag_s, _SNAP, obj)
                 elif prio == _CLUSTER:
                     self._apply_event(obj)
                 else:
                     self._arrive_released(obj)
                 continue
-            if i >= n_arrive:
+            if j >= n_chunk:
                 break
             # arrival
             self.now = next_arrival
             events += 1
-            job = arrive_jobs[i]
+            job = arrive_jobs[j]
+            j += 1
+            if j == n_chunk:      # the next chunk of records, so the look-ahead below sees it
+                arrive_jobs, arrive_s = next(chunks, ((), ()))
+                n_chunk = len(arrive_s)
+                j = 0
             i += 1
             if bar is not None and (i & 1023) == 0:
                 bar.update(1024)
             r = route(job.req)
             if r is None:     # held in the router's own queue; it calls dispatch() later
+                held[job.req.index] = job
                 continue
             job.req.drop_hash_ids()
             if not (0 <= r < self.num_replicas):
@@ -394,7 +410,7 @@ class Simulator:
                 if rep.op_kind == "stretch":
                     self._cut_stretch(rep)
             elif not rep.kick_pending:    # (a wake-up already pending plans it)
-                if i < n_arrive and arrive_s[i] == next_arrival:
+                if j < n_chunk and arrive_s[j] == next_arrival:
                     # more arrivals at this instant: schedule together, after all of them
                     rep.kick_pending = True
                     self._push(self.now, _KICK, rep)
@@ -407,14 +423,52 @@ class Simulator:
         if bar is not None:
             bar.update(n - bar.n)
             bar.close()
-        unfinished = [j.req.request_id for j in jobs if j.finish_s < 0]
-        if unfinished:
+        unfinished = np.flatnonzero(self.results.column("finish_s") < 0)
+        if len(unfinished):
+            k = int(unfinished[0])
+            first = self._rows[3].iloc[k:k + 1].tolist()[0]
             raise RuntimeError(f"simulation ended with {len(unfinished)} unfinished requests "
-                               f"(first: {unfinished[0]!r}); this is a simulator bug")
+                               f"(first: {first!r}); this is a simulator bug")
         return build_result(self)
 
+    # ------------------------------------------------------------------ per-request records
+    def _make_jobs(self, a: int, b: int) -> list:
+        """Records (:class:`Job` + :class:`Request`) of trace rows ``a .. b-1``. A request's
+        ``hash_ids`` are built from its row's pieces when a router first reads them."""
+        arrival, in_len, out_len, req_ids, n_ids = self._rows
+        blocks = self.blocks
+        p_off = blocks.piece_offsets[a:b + 1].tolist()
+        p0 = p_off[0]
+        ps = blocks.piece_start[p0:p_off[-1]].tolist()
+        pl = blocks.piece_len[p0:p_off[-1]].tolist()
+        t = arrival[a:b].tolist()
+        inl = in_len[a:b].tolist()
+        outl = out_len[a:b].tolist()
+        rid = req_ids.iloc[a:b].tolist()
+        nb = n_ids[a:b].tolist()
+        bt = self.block_tokens
+        out = []
+        for k in range(b - a):
+            x, y = p_off[k] - p0, p_off[k + 1] - p0
+            starts, lens = ps[x:y], pl[x:y]
+            o = outl[k]
+            req = Request(a + k, rid[k], t[k], inl[k], o if o > 1 else 1, None, bt, (starts, lens))
+            full = inl[k] // bt           # complete blocks (capped: ids may be missing)
+            if full > nb[k]:
+                full = nb[k]
+            out.append(Job(req, starts, lens, full))
+        return out
+
+    def _arrival_chunks(self, n: int, size: int = 4096):
+        """``(records, arrival times)`` of the trace's rows, :data:`size` rows at a time, made as
+        the replay reaches them (a run holds records of the requests in flight, not of the trace)."""
+        arrival = self._rows[0]
+        for a in range(0, n, size):
+            b = min(n, a + size)
+            yield self._make_jobs(a, b), arrival[a:b].tolist()
+
     # ------------------------------------------------------------------ closed-loop sessions
-    def _closed_loop_setup(self, n, p_off, p_start, p_len):
+    def _closed_loop_setup(self, n):
         """Closed-loop replay: jobs walk their extended paths; only first turns arrive from the
         trace, later turns are released by :meth:`_finish_closed` (see btb_core.sessions)."""
         plan = self.sessions
@@ -431,9 +485,9 @@ class Simulator:
         self._next_turn = nxt
         self._think = think
         ext_off = plan.ext_offsets.tolist()
+        blocks = self.blocks
         for i, job in enumerate(self.jobs):
-            a, b = p_off[n + i], p_off[n + i + 1]
-            job.piece_starts, job.piece_lens = p_start[a:b], p_len[a:b]
+            job.piece_starts, job.piece_lens = blocks.row_pieces(n + i)
             job.ext_full = ext_off[i + 1] - ext_off[i]
             if job.full > job.ext_full:   # cannot happen for a plan; guards hand-built ones
                 raise ConfigError(f"sessions plan: row {i} has fewer extended blocks than prompt blocks")
@@ -463,6 +517,7 @@ class Simulator:
         self._pending_turns -= 1
         r = self._checked_route(req) if self.cluster_events else self.router.route(req)
         if r is None:     # held in the router's own queue; it calls dispatch() later
+            self._held_jobs[req.index] = job
             return
         self._enqueue(job, r)
 
@@ -572,6 +627,7 @@ class Simulator:
         req = job.req
         r = self._checked_route(req)
         if r is None:
+            self._held_jobs[req.index] = job
             return
         self._enqueue(job, r)
 
@@ -605,7 +661,7 @@ class Simulator:
         self._admit_seq = 0
         self._no_admit = None              # a replica that preempted in this planning round
         self._first_admit = {}             # job -> its first admission's per-request figures
-        self._n_preempt = {}               # job -> preemptions
+        self._n_preempt = {}               # row -> preemptions
         self._base_try_admit = self.try_admit
         self.try_admit = self._try_admit_paged
         self.start_stretch = self._start_stretch_paged
@@ -699,7 +755,7 @@ class Simulator:
         if job not in self._first_admit:
             self._first_admit[job] = (job.admit_s, job.reused_tokens, job.hit_hbm, job.hit_dram,
                                       job.hit_disk, job.load_s, job.reuse_tier)
-        self._n_preempt[job] = self._n_preempt.get(job, 0) + 1
+        self._n_preempt[req.index] = self._n_preempt.get(req.index, 0) + 1
         if generated:
             orig = req.orig if isinstance(req, _Resumed) else req
             job.req = _Resumed(orig, req.input_length + generated, req.output_length - generated)
@@ -758,7 +814,7 @@ class Simulator:
         """At finish: the original request and its first admission's figures back on the job."""
         if isinstance(job.req, _Resumed):
             job.req = job.req.orig
-        first = self._first_admit.get(job)
+        first = self._first_admit.pop(job, None)
         if first is not None:
             (job.admit_s, job.reused_tokens, job.hit_hbm, job.hit_dram, job.hit_disk, job.load_s,
              job.reuse_tier) = first
@@ -896,6 +952,7 @@ class Simulator:
         job.finish_s = self.now
         rep.cache.release(job.piece_starts, job.piece_lens, job.pinned, job.private)
         job.pinned = job.private = 0
+        self.results.record(job)
         self.router.on_request_finished(job.req, rep.idx)
         job.req.drop_hash_ids()
 

@@ -15,9 +15,11 @@ What it stores (all exact, never approximate):
 - ``hbm[run]``: ``{replica: blocks}``, the leading part of ``run`` in that replica's HBM (the cache
   keeps every run's HBM blocks as a leading part, so one length per replica says everything);
   replicas with none are absent;
-- ``dram[run]``: ``{replica: None}``, the replicas whose host-DRAM tier holds at least one block of
-  ``run`` (DRAM may hold any subset of a run, so it names the candidates, and the replica's own
-  cache answers how far the run continues there).
+- ``dram[run]``: the replicas whose host-DRAM tier holds at least one block of ``run``, in the order
+  they got it (DRAM may hold any subset of a run, so it names the candidates, and the replica's own
+  cache answers how far the run continues there): one replica as a plain int (the common case:
+  a run evicted from one replica's HBM; ~10^6 such runs in a 1,000,000-request fleet replay),
+  several as a ``{replica: None}`` dict (:meth:`HolderIndex.dram_replicas` reads either).
 
 :meth:`HolderIndex.matched` gives the same numbers as calling ``KVCache.matched_blocks`` on every
 replica (tests/test_holders.py checks it against that scan on random operation sequences), for
@@ -35,15 +37,16 @@ class HolderIndex:
     ----------
     hbm : dict[int, dict[int, int]]
         Run start id -> {replica: leading blocks of the run in its HBM (>= 1)}.
-    dram : dict[int, dict[int, None]]
-        Run start id -> replicas whose DRAM tier holds at least one block of the run.
+    dram : dict[int, int | dict[int, None]]
+        Run start id -> replicas whose DRAM tier holds at least one block of the run (one as an
+        int, several as an insertion-ordered dict; see :meth:`dram_replicas`).
     """
 
     __slots__ = ("hbm", "dram")
 
     def __init__(self) -> None:
         self.hbm: dict[int, dict[int, int]] = {}
-        self.dram: dict[int, dict[int, None]] = {}
+        self.dram: dict[int, int | dict[int, None]] = {}
 
     # -- updates (called by KVCache / SpanList) ------------------------------------------------
     def set_hbm(self, run: int, replica: int, blocks: int) -> None:
@@ -61,18 +64,33 @@ class HolderIndex:
 
     def dram_add(self, run: int, replica: int) -> None:
         """``replica``'s DRAM tier now holds a block of ``run`` (it held none)."""
-        d = self.dram.get(run)
+        dram = self.dram
+        d = dram.get(run)
         if d is None:
-            self.dram[run] = {replica: None}
+            dram[run] = replica
+        elif type(d) is int:
+            if d != replica:
+                dram[run] = {d: None, replica: None}
         else:
             d[replica] = None
 
     def dram_del(self, run: int, replica: int) -> None:
         """``replica``'s DRAM tier no longer holds any block of ``run``."""
-        d = self.dram[run]
+        dram = self.dram
+        d = dram[run]
+        if type(d) is int:
+            if d != replica:
+                raise KeyError(replica)
+            del dram[run]
+            return
         del d[replica]
-        if not d:
-            del self.dram[run]
+        if len(d) == 1:
+            dram[run] = next(iter(d))
+
+    @staticmethod
+    def dram_replicas(d) -> tuple | dict:
+        """The replicas of a ``dram`` value, in the order they got the run (iterable, ``in``)."""
+        return (d,) if type(d) is int else d
 
     # -- queries -------------------------------------------------------------------------------
     def matched(self, caches, starts, lens, n: int, use_hbm: bool = True,
@@ -161,13 +179,15 @@ class HolderIndex:
         tiers = ("hbm", "dram") if use_hbm else ("dram",)
         for k, stop in drops:
             dr = dram.get(starts[k])
-            if dr:
+            if dr is not None:
+                if type(dr) is int:
+                    dr = (dr,)
                 for r in stop:
                     if r in dr:
                         out[r] = caches[r].matched_blocks(starts, lens, n, tiers)
         d0 = dram.get(starts[0])
-        if d0:
-            for r in d0:
+        if d0 is not None:
+            for r in ((d0,) if type(d0) is int else d0):
                 if r not in out:
                     m = caches[r].matched_blocks(starts, lens, n, tiers)
                     if m:

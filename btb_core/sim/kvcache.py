@@ -55,7 +55,9 @@ class SpanList:
     """An LRU order of blocks stored as spans ``(run, lo, hi)`` (blocks ``hi-1 .. lo`` of ``run``).
 
     The front (least recently inserted) is evicted first. ``size`` is the number of blocks;
-    ``index`` maps a run to its spans (to answer membership and remove ranges).
+    ``index`` maps a run to its spans (to answer membership and remove ranges): to the one span
+    itself when the run has one (the common case; a DRAM tier holds ~10^4 runs per replica), else
+    to a list of them (in no meaningful order).
     """
 
     __slots__ = ("head", "size", "index", "ix", "rep")
@@ -65,7 +67,7 @@ class SpanList:
         head.prev = head.next = head
         self.head = head
         self.size = 0
-        self.index: dict[int, list[_Span]] = {}
+        self.index: dict[int, _Span | list[_Span]] = {}
         #: A :class:`~btb_core.sim.holders.HolderIndex` told when a run enters or leaves this list
         #: (set on a replica's DRAM tier only), and the replica it reports.
         self.ix = None
@@ -73,6 +75,13 @@ class SpanList:
 
     def __len__(self) -> int:
         return self.size
+
+    def spans_of(self, run: int) -> tuple | list:
+        """The spans of ``run`` present (empty if none)."""
+        v = self.index.get(run)
+        if v is None:
+            return ()
+        return (v,) if type(v) is _Span else v
 
     def append_desc(self, run: int, lo: int, hi: int) -> None:
         """Insert blocks ``hi-1, ..., lo`` of ``run`` at the most-recent end (none present)."""
@@ -89,24 +98,30 @@ class SpanList:
         sp.next = head
         tail.next = sp
         head.prev = sp
-        lst = self.index.get(run)
-        if lst is None:
-            self.index[run] = [sp]
+        index = self.index
+        v = index.get(run)
+        if v is None:
+            index[run] = sp
             if self.ix is not None:
                 self.ix.dram_add(run, self.rep)
+        elif type(v) is _Span:
+            index[run] = [v, sp]
         else:
-            lst.append(sp)
+            v.append(sp)
 
     def _unlink(self, sp: _Span) -> None:
         sp.prev.next = sp.next
         sp.next.prev = sp.prev
-        lst = self.index[sp.run]
-        if len(lst) == 1:
-            del self.index[sp.run]
+        index = self.index
+        v = index[sp.run]
+        if type(v) is _Span:
+            del index[sp.run]
             if self.ix is not None:
                 self.ix.dram_del(sp.run, self.rep)
         else:
-            lst.remove(sp)
+            v.remove(sp)
+            if len(v) == 1:
+                index[sp.run] = v[0]
 
     def pop_front(self, k: int) -> list[tuple[int, int, int]]:
         """Remove the ``k`` least recent blocks; returns them as spans in eviction order."""
@@ -131,11 +146,12 @@ class SpanList:
     def remove_range(self, run: int, lo: int, hi: int) -> int:
         """Remove the blocks of ``run`` with offsets in ``[lo, hi)`` that are present; returns how
         many were removed. The others keep their order."""
-        lst = self.index.get(run)
-        if not lst or hi <= lo:
+        v = self.index.get(run)
+        if v is None or hi <= lo:
             return 0
         removed = 0
-        for sp in list(lst):
+        # (spans of a run are disjoint: each is cut on its own, so their order here is irrelevant)
+        for sp in ((v,) if type(v) is _Span else list(v)):
             a, b = sp.lo, sp.hi
             if b <= lo or a >= hi:
                 continue
@@ -149,7 +165,11 @@ class SpanList:
                 sp.next.prev = new
                 sp.next = new
                 sp.lo = hi
-                self.index[run].append(new)
+                cur = self.index[run]
+                if type(cur) is _Span:
+                    self.index[run] = [cur, new]
+                else:
+                    cur.append(new)
                 removed += hi - lo
             elif a < lo:
                 sp.hi = lo
@@ -162,14 +182,16 @@ class SpanList:
 
     def cover(self, run: int, o: int) -> int:
         """Largest ``x`` with every offset in ``[o, x)`` of ``run`` present (``o`` if absent)."""
-        lst = self.index.get(run)
-        if not lst:
+        v = self.index.get(run)
+        if v is None:
             return o
+        if type(v) is _Span:
+            return v.hi if v.lo <= o < v.hi else o
         x = o
         grown = True
         while grown:
             grown = False
-            for sp in lst:
+            for sp in v:
                 if sp.lo <= x < sp.hi:
                     x = sp.hi
                     grown = True
@@ -178,13 +200,13 @@ class SpanList:
     def next_start(self, run: int, o: int) -> float:
         """Smallest span start above ``o`` for ``run`` (inf if none)."""
         best = float("inf")
-        for sp in self.index.get(run, ()):
+        for sp in self.spans_of(run):
             if o < sp.lo < best:
                 best = sp.lo
         return best
 
     def contains(self, run: int, o: int) -> bool:
-        for sp in self.index.get(run, ()):
+        for sp in self.spans_of(run):
             if sp.lo <= o < sp.hi:
                 return True
         return False
@@ -331,7 +353,7 @@ class KVCache:
             for run, d in ix.hbm.items():
                 if self.rep in d and run not in self.hbm_len:
                     fail(f"run {run}: holder index lists {d[self.rep]} HBM blocks, cache has none")
-            runs = {run for run, d in ix.dram.items() if self.rep in d}
+            runs = {run for run, d in ix.dram.items() if self.rep in ix.dram_replicas(d)}
             if runs != set(self.dram.index):
                 fail(f"holder index DRAM runs {sorted(runs)} != cache DRAM runs "
                      f"{sorted(self.dram.index)}")

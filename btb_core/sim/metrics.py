@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -175,33 +176,117 @@ def session_metrics(sessions: pd.DataFrame) -> dict:
 
 
 def _columns_frame(cols, names) -> pd.DataFrame:
-    """A table from equal-length column lists; typed as a list of row tuples would be (an empty
-    table has object columns, as ``pd.DataFrame([], columns=names)``)."""
-    if not cols[0]:
+    """A table from equal-length columns (lists, or typed ``array.array`` s: float64 and int64);
+    typed as a list of row tuples would be (an empty table has object columns, as
+    ``pd.DataFrame([], columns=names)``)."""
+    if not len(cols[0]):
         return pd.DataFrame([], columns=names)
-    return pd.DataFrame(dict(zip(names, cols)))
+    return pd.DataFrame(dict(zip(names, (_as_numpy(c) for c in cols))))
+
+
+def _as_numpy(c):
+    if isinstance(c, array):
+        return np.frombuffer(c, dtype=c.typecode).copy()
+    return c
+
+
+_TIERS = ("none", "hbm", "dram", "disk")
+_TIER_CODE = {t: k for k, t in enumerate(_TIERS)}
+
+
+class RequestColumns:
+    """Finished requests' figures as typed columns, one slot per trace row (8 bytes a value,
+    instead of a record object per request kept to the end of the run).
+
+    Parameters
+    ----------
+    n : int
+        Rows of the trace.
+    cluster_events : bool
+        Also keep ``retries`` (runs with cluster events).
+
+    Attributes
+    ----------
+    arrival_s, admit_s, load_s, first_token_s, finish_s : array.array of float64
+        Seconds; ``finish_s`` is -1.0 until the request finishes.
+    replica : array.array of int32
+    input_length, output_length, reused_tokens, hit_hbm, hit_dram, hit_disk, retries :
+        array.array of int64 (``retries`` empty without cluster events).
+    reuse_tier : array.array of int8
+        Index into ``("none", "hbm", "dram", "disk")``.
+    """
+
+    __slots__ = ("arrival_s", "replica", "input_length", "output_length", "admit_s", "reuse_tier",
+                 "reused_tokens", "hit_hbm", "hit_dram", "hit_disk", "load_s", "first_token_s",
+                 "finish_s", "retries")
+
+    def __init__(self, n: int, cluster_events: bool = False) -> None:
+        def zeros(code):
+            a = array(code)
+            a.frombytes(bytes(a.itemsize * n))
+            return a
+
+        self.arrival_s = zeros("d")
+        self.replica = zeros("i")
+        self.input_length = zeros("q")
+        self.output_length = zeros("q")
+        self.admit_s = zeros("d")
+        self.reuse_tier = zeros("b")
+        self.reused_tokens = zeros("q")
+        self.hit_hbm = zeros("q")
+        self.hit_dram = zeros("q")
+        self.hit_disk = zeros("q")
+        self.load_s = zeros("d")
+        self.first_token_s = zeros("d")
+        self.finish_s = array("d", [-1.0]) * n
+        self.retries = zeros("q") if cluster_events else array("q")
+
+    def record(self, job) -> None:
+        """Store a finished request's figures (``job``: a :class:`~btb_core.sim.replica.Job`)."""
+        req = job.req
+        i = req.index
+        self.arrival_s[i] = req.arrival_s
+        self.replica[i] = job.replica
+        self.input_length[i] = req.input_length
+        self.output_length[i] = req.output_length
+        self.admit_s[i] = job.admit_s
+        self.reuse_tier[i] = _TIER_CODE[job.reuse_tier]
+        self.reused_tokens[i] = job.reused_tokens
+        self.hit_hbm[i] = job.hit_hbm
+        self.hit_dram[i] = job.hit_dram
+        self.hit_disk[i] = job.hit_disk
+        self.load_s[i] = job.load_s
+        self.first_token_s[i] = job.first_token_s
+        self.finish_s[i] = job.finish_s
+        if self.retries:
+            self.retries[i] = job.retries
+
+    def column(self, name: str) -> np.ndarray:
+        """One column as a numpy array (a view of the stored values)."""
+        a = getattr(self, name)
+        return np.frombuffer(a, dtype=a.typecode) if len(a) else np.zeros(0, a.typecode)
 
 
 def build_result(sim) -> SimResult:
     """Assemble a :class:`SimResult` from a finished :class:`~btb_core.sim.engine.Simulator`."""
-    jobs = sim.jobs
-    n = len(jobs)
+    res = sim.results
+    n = len(res.finish_s)
+    col = res.column
     cols = {
-        "request_id": [j.req.request_id for j in jobs],
-        "arrival_s": np.fromiter((j.req.arrival_s for j in jobs), float, n),
-        "replica": np.fromiter((j.replica for j in jobs), np.int32, n),
-        "input_length": np.fromiter((j.req.input_length for j in jobs), np.int64, n),
-        "output_length": np.fromiter((j.req.output_length for j in jobs), np.int64, n),
-        "admit_s": np.fromiter((j.admit_s for j in jobs), float, n),
-        "reuse_tier": pd.Categorical([j.reuse_tier for j in jobs],
-                                     categories=["none", "hbm", "dram", "disk"]),
-        "reused_tokens": np.fromiter((j.reused_tokens for j in jobs), np.int64, n),
-        "hit_hbm_tokens": np.fromiter((j.hit_hbm for j in jobs), np.int64, n),
-        "hit_dram_tokens": np.fromiter((j.hit_dram for j in jobs), np.int64, n),
-        "hit_disk_tokens": np.fromiter((j.hit_disk for j in jobs), np.int64, n),
-        "load_s": np.fromiter((j.load_s for j in jobs), float, n),
-        "first_token_s": np.fromiter((j.first_token_s for j in jobs), float, n),
-        "finish_s": np.fromiter((j.finish_s for j in jobs), float, n),
+        "request_id": sim._rows[3].tolist(),
+        "arrival_s": col("arrival_s").copy(),
+        "replica": col("replica").copy(),
+        "input_length": col("input_length").copy(),
+        "output_length": col("output_length").copy(),
+        "admit_s": col("admit_s").copy(),
+        "reuse_tier": pd.Categorical.from_codes(col("reuse_tier"), categories=list(_TIERS)),
+        "reused_tokens": col("reused_tokens").copy(),
+        "hit_hbm_tokens": col("hit_hbm").copy(),
+        "hit_dram_tokens": col("hit_dram").copy(),
+        "hit_disk_tokens": col("hit_disk").copy(),
+        "load_s": col("load_s").copy(),
+        "first_token_s": col("first_token_s").copy(),
+        "finish_s": col("finish_s").copy(),
     }
     df = pd.DataFrame(cols)
     df["queue_wait_s"] = df["admit_s"] - df["arrival_s"]
@@ -223,11 +308,14 @@ def build_result(sim) -> SimResult:
     metrics = run_metrics(df, tr, sim.cost, busy)
     metrics["events"] = int(sim.events)
     if getattr(sim, "cluster_events", ()):
-        df["retries"] = np.fromiter((j.retries for j in jobs), np.int64, n)
+        df["retries"] = col("retries").copy()
         metrics["retries"] = int(sim.retries)
         metrics["cluster_events"] = len(sim.event_log)
     if getattr(sim, "paged", False):
-        df["preemptions"] = np.fromiter((sim._n_preempt.get(j, 0) for j in jobs), np.int64, n)
+        pre = np.zeros(n, np.int64)
+        for i, k in sim._n_preempt.items():
+            pre[i] = k
+        df["preemptions"] = pre
         metrics["preemptions"] = int(sim.preemptions)
         metrics["preempted_kv_tokens"] = int(sim.preempted_tokens)
         metrics["preemption_recomputed_tokens"] = int(sim.recomputed_after_preemption)

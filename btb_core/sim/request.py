@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..trace.runs import tuple_of_pieces
+
 
 class Request:
     """One request of a trace as the router and replicas see it.
@@ -19,9 +21,10 @@ class Request:
         first token is produced by prefill).
     hash_ids : tuple[int, ...]
         Chained block ids, one per ``block_tokens`` block of the prompt (the last may be partial).
-        The simulator builds it on first access from the trace's flat id array (``hash_ids``
-        given as None with ``source=(flat, lo, hi)``) and may drop the cached tuple after the
-        router's hooks ran, so a run holds only the ids routers are looking at.
+        The simulator builds it on first access from the row's pieces of runs (``hash_ids`` given
+        as None with ``source=(run starts, lengths)``, :mod:`btb_core.sim.blocks`; or
+        ``source=(flat, lo, hi)``, a slice of a flat id array) and may drop the cached tuple after
+        the router's hooks ran, so a run holds only the ids routers are looking at.
     block_tokens : int
         Tokens per KV block of the trace.
     """
@@ -44,8 +47,12 @@ class Request:
     def hash_ids(self) -> tuple:
         h = self._hash_ids
         if h is None:
-            flat, lo, hi = self._source
-            h = self._hash_ids = tuple(flat[lo:hi].tolist())
+            src = self._source
+            if len(src) == 2:
+                h = self._hash_ids = tuple_of_pieces(src[0], src[1])
+            else:
+                flat, lo, hi = src
+                h = self._hash_ids = tuple(flat[lo:hi].tolist())
         return h
 
     def drop_hash_ids(self) -> None:

@@ -61,7 +61,8 @@ class ClusterView:
     """
 
     __slots__ = ("_sim", "num_replicas", "block_tokens", "chunk_tokens", "rng", "cost", "scheduler",
-                 "_replicas", "_capacity_blocks", "_last_ids", "_last_pieces", "_pieces_cache")
+                 "_replicas", "_capacity_blocks", "_last_ids", "_last_pieces", "_pieces_cache",
+                 "_caches")
 
     def __init__(self, sim) -> None:
         self._sim = sim
@@ -76,6 +77,7 @@ class ClusterView:
         self._last_ids = None         # identity fast path: the last sequence looked up ...
         self._last_pieces = None      # ... and its pieces
         self._pieces_cache: dict = {}
+        self._caches = None           # the replicas' caches by replica (each keeps its object)
 
     # -- reading ----------------------------------------------------------------------------------
     @property
@@ -172,7 +174,7 @@ class ClusterView:
         sim = self._sim
         if pieces is None or ("disk" in tiers and sim.has_disk):
             return self._scan_all(hash_ids, tiers)
-        caches = [rep.cache for rep in self._replicas] if "dram" in tiers else None
+        caches = self._all_caches() if "dram" in tiers else None
         return sim.holder_index.matched(caches, pieces[0], pieces[1], len(hash_ids),
                                         "hbm" in tiers, "dram" in tiers)
 
@@ -182,8 +184,16 @@ class ClusterView:
         pieces = self.pieces(hash_ids)
         if pieces is None:
             return (self._scan_all(hash_ids, ("hbm",)), self._scan_all(hash_ids, ("hbm", "dram")))
-        return self._sim.holder_index.matched([rep.cache for rep in self._replicas], pieces[0],
+        return self._sim.holder_index.matched(self._all_caches(), pieces[0],
                                               pieces[1], len(hash_ids), True, True, True)
+
+    def _all_caches(self) -> list:
+        """Every replica's cache, by replica (a replica keeps one cache object for the whole run,
+        a failure clears it in place), listed once."""
+        caches = self._caches
+        if caches is None or len(caches) != len(self._replicas):
+            caches = self._caches = [rep.cache for rep in self._replicas]
+        return caches
 
     def _scan_all(self, hash_ids, tiers) -> dict[int, int]:
         """:meth:`cached_blocks_all` by asking every replica (the reference answer)."""

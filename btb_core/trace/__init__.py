@@ -4,7 +4,9 @@ Every source (Mooncake JSONL, ART-Chat rows, Bursted datasets, Azure CSV) loads 
 :class:`Trace`: a pandas table with the columns of DESIGN.md section 2 plus the trace's
 ``block_tokens``. Prefix hash ids are *interned* (renumbered to compact ``int32`` in order of first
 appearance) and *chained* (equal id means equal whole prefix), and are stored once in a flat array
-(``hash_flat`` + ``hash_offsets``); the table's ``hash_ids`` column holds numpy views into it.
+(``hash_flat`` + ``hash_offsets``); the table's ``hash_ids`` column holds numpy views into it. A
+*compact* trace keeps them as runs of consecutive ids instead (:class:`BlockRuns`,
+:mod:`~btb_core.trace.runs`) and expands them only when asked.
 
 Chaining rule (DESIGN.md section 2): after loading, an id identifies one whole prefix of blocks, so
 "the first K blocks of requests a and b are equal" is exactly ``hash_ids_a[K-1] == hash_ids_b[K-1]``
@@ -25,6 +27,7 @@ Timestamps
 Modules
 -------
 * :mod:`~btb_core.trace.table`: the :class:`Trace` table, constants, :class:`TraceWarning`;
+* :mod:`~btb_core.trace.runs`: :class:`BlockRuns`, ids as runs of consecutive ids;
 * :mod:`~btb_core.trace.validate`: :func:`make_trace`, :func:`from_table` (validation, interning);
 * :mod:`~btb_core.trace.loaders`: the format loaders, :func:`detect_format`, :func:`load_trace`.
 
@@ -33,13 +36,14 @@ Everything public is importable from ``btb_core.trace`` as before.
 
 from .loaders import (FORMATS, detect_format, load_art, load_azure, load_bursted, load_mooncake,
                       load_trace, looks_like_hub_id, shipped_traces)
+from .runs import BlockRuns
 from .table import (ART_BLOCK_TOKENS, AZURE_BLOCK_TOKENS, CORE_COLUMNS, MAX_ARRIVAL_S, MAX_TOKENS,
                     MOONCAKE_BLOCK_TOKENS, OPTIONAL_COLUMNS, Trace, TraceWarning,
                     _show)  # noqa: F401  (_show: used by other modules' messages)
 from .validate import from_table, make_trace
 
 __all__ = [
-    "ART_BLOCK_TOKENS", "AZURE_BLOCK_TOKENS", "CORE_COLUMNS", "FORMATS", "MAX_ARRIVAL_S", "MAX_TOKENS",
+    "ART_BLOCK_TOKENS", "AZURE_BLOCK_TOKENS", "BlockRuns", "CORE_COLUMNS", "FORMATS", "MAX_ARRIVAL_S", "MAX_TOKENS",
     "MOONCAKE_BLOCK_TOKENS",
     "OPTIONAL_COLUMNS", "Trace", "TraceWarning", "detect_format", "from_table", "load_art",
     "load_azure", "load_bursted", "load_mooncake", "load_trace", "looks_like_hub_id", "make_trace",

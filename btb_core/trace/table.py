@@ -6,14 +6,15 @@ See :mod:`btb_core.trace` for the chaining rule and the time conventions.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
+from .runs import BlockRuns
 
 #: Tokens per hash block in the Mooncake FAST'25 traces (``FAST25-release/README.md``; verified:
 #: ``len(hash_ids) == ceil(input_length / 512)`` on 100% of rows of both shipped files).
@@ -49,7 +50,6 @@ class TraceWarning(UserWarning):
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False)
 class Trace:
     """A request trace: one row per request, arrivals sorted, prefix ids interned and chained.
 
@@ -76,6 +76,18 @@ class Trace:
         None for an ordinary trace (arrivals sorted globally). A Bursted split holds many windows
         whose clocks each start near 0; it is then grouped by ``trace_id`` (rows of one window are
         contiguous and sorted within it). Split it with :meth:`groups` before replaying or slicing.
+    hash_runs : BlockRuns
+        The same ids as runs of consecutive ids (:mod:`btb_core.trace.runs`).
+
+    Notes
+    -----
+    A *compact* trace (built with ``hash_runs=`` and ``hash_flat=None``, its table without the
+    ``hash_ids`` column) keeps its ids only as runs: a 1,000,000-row Bursted-shaped trace holds
+    ~25 MB of runs instead of 827 MB of flat ids plus 120 MB of per-row views. Reading
+    :attr:`hash_flat` or :attr:`table` expands them once (then kept); the simulator, slicing
+    (:meth:`rows`, :meth:`window`, :meth:`groups`), the column properties and
+    :meth:`row_hash_ids` work on the runs and never expand them. Both forms give equal values.
+    A trace is immutable (assigning an attribute raises ``dataclasses.FrozenInstanceError``).
 
     Raises
     ------
@@ -83,37 +95,118 @@ class Trace:
         If the arrays are inconsistent (lengths, dtypes, offsets).
     """
 
-    table: pd.DataFrame
-    block_tokens: int
-    name: str
-    has_prefix_info: bool
-    hash_flat: np.ndarray
-    hash_offsets: np.ndarray
-    group_column: str | None = None
+    def __init__(self, table: pd.DataFrame, block_tokens: int, name: str, has_prefix_info: bool,
+                 hash_flat: np.ndarray | None, hash_offsets: np.ndarray | None,
+                 group_column: str | None = None, *, hash_runs: BlockRuns | None = None) -> None:
+        put = object.__setattr__
+        put(self, "block_tokens", block_tokens)
+        put(self, "name", name)
+        put(self, "has_prefix_info", has_prefix_info)
+        put(self, "group_column", group_column)
+        put(self, "_runs", hash_runs)
+        put(self, "_full", None)          # a compact trace's table with hash_ids, once expanded
+        if hash_flat is None:
+            if hash_runs is None:
+                raise TraceError(f"{name}: a trace needs hash_flat or hash_runs")
+            if hash_offsets is not None and not np.array_equal(hash_offsets, hash_runs.offsets):
+                raise TraceError(f"{name}: hash_offsets disagree with hash_runs")
+            hash_offsets = hash_runs.offsets
+        put(self, "_base", table)
+        put(self, "_flat", hash_flat)
+        put(self, "_runs_only", hash_flat is None)   # built compact: the table has no hash_ids
+        put(self, "hash_offsets", hash_offsets)
+        self._check()
 
-    def __post_init__(self) -> None:
+    def _check(self) -> None:
         if isinstance(self.block_tokens, bool) or not isinstance(self.block_tokens, (int, np.integer)) \
                 or self.block_tokens <= 0:
             raise TraceError(f"{self.name}: block_tokens = {self.block_tokens!r}: must be a positive int")
-        if list(self.table.columns[:5]) != list(CORE_COLUMNS):
-            raise TraceError(f"{self.name}: table columns {list(self.table.columns)!r} must start with "
-                             f"{list(CORE_COLUMNS)!r}")
-        n = len(self.table)
+        base = self._base
+        compact = self._runs_only
+        core = list(CORE_COLUMNS[:4]) if compact else list(CORE_COLUMNS)
+        if list(base.columns[:len(core)]) != core or (compact and "hash_ids" in base.columns):
+            want = core if not compact else core + ["(no hash_ids: the ids are hash_runs)"]
+            raise TraceError(f"{self.name}: table columns {list(base.columns)!r} must start with "
+                             f"{want!r}")
+        n = len(base)
         if self.hash_offsets.shape != (n + 1,) or self.hash_offsets.dtype != np.int64:
             raise TraceError(f"{self.name}: hash_offsets must be int64 of shape ({n + 1},), got "
                              f"{self.hash_offsets.dtype} {self.hash_offsets.shape}")
-        if self.hash_flat.dtype != np.int32 or self.hash_flat.ndim != 1:
-            raise TraceError(f"{self.name}: hash_flat must be a 1-D int32 array, got "
-                             f"{self.hash_flat.dtype} with shape {self.hash_flat.shape}")
-        if n and (self.hash_offsets[0] != 0 or self.hash_offsets[-1] != len(self.hash_flat)):
-            raise TraceError(f"{self.name}: hash_offsets must run from 0 to len(hash_flat) = "
-                             f"{len(self.hash_flat)}")
-        if self.group_column is not None and self.group_column not in self.table.columns:
+        if not compact:
+            if self._flat.dtype != np.int32 or self._flat.ndim != 1:
+                raise TraceError(f"{self.name}: hash_flat must be a 1-D int32 array, got "
+                                 f"{self._flat.dtype} with shape {self._flat.shape}")
+            if n and (self.hash_offsets[0] != 0 or self.hash_offsets[-1] != len(self._flat)):
+                raise TraceError(f"{self.name}: hash_offsets must run from 0 to len(hash_flat) = "
+                                 f"{len(self._flat)}")
+        if self.group_column is not None and self.group_column not in base.columns:
             raise TraceError(f"{self.name}: group_column = {self.group_column!r} is not a column")
+
+    def __setattr__(self, key, value):
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {key!r}")
+
+    def __delattr__(self, key):
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {key!r}")
+
+    # ---- the ids, flat or as runs ---------------------------------------------------------------
+    @property
+    def compact(self) -> bool:
+        """True while the ids are held only as runs (:attr:`hash_runs`), not yet expanded."""
+        return self._flat is None
+
+    @property
+    def hash_flat(self) -> np.ndarray:
+        """int32, every row's ids concatenated (expanded from the runs on first use, then kept)."""
+        flat = self._flat
+        if flat is None:
+            flat = self._runs.to_flat()
+            flat.flags.writeable = False
+            object.__setattr__(self, "_flat", flat)
+        return flat
+
+    @property
+    def hash_runs(self) -> BlockRuns:
+        """The ids as runs of consecutive ids (:class:`~btb_core.trace.runs.BlockRuns`; found from
+        the flat ids on first use, then kept)."""
+        runs = self._runs
+        if runs is None:
+            runs = BlockRuns.from_flat(self._flat, self.hash_offsets)
+            object.__setattr__(self, "_runs", runs)
+        return runs
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """The table (see the class docstring); a compact trace builds its ``hash_ids`` column of
+        views into :attr:`hash_flat` on first use."""
+        if not self._runs_only:
+            return self._base
+        full = self._full
+        if full is None:
+            flat = self.hash_flat
+            views = np.empty(len(self._base), dtype=object)
+            for i, (a, b) in enumerate(zip(self.hash_offsets[:-1].tolist(),
+                                           self.hash_offsets[1:].tolist())):
+                views[i] = flat[a:b]
+            full = self._base.copy(deep=False)
+            full.insert(4, "hash_ids", views)
+            object.__setattr__(self, "_full", full)
+        return full
+
+    def column(self, name: str) -> pd.Series:
+        """One column of the table other than ``hash_ids``, without expanding a compact trace's ids."""
+        return self._base[name]
+
+    @property
+    def columns(self) -> list[str]:
+        """Column names of :attr:`table`, in order."""
+        cols = list(self._base.columns)
+        if "hash_ids" not in cols:
+            cols.insert(4, "hash_ids")
+        return cols
 
     # ---- basics ---------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self.table)
+        return len(self._base)
 
     def __repr__(self) -> str:
         span = self.duration_s if len(self) else 0.0
@@ -123,17 +216,17 @@ class Trace:
     @property
     def arrival_s(self) -> np.ndarray:
         """float64 array of arrivals in seconds, shape (n,)."""
-        return self.table["arrival_s"].to_numpy()
+        return self._base["arrival_s"].to_numpy()
 
     @property
     def input_length(self) -> np.ndarray:
         """int64 array of prompt lengths in tokens, shape (n,)."""
-        return self.table["input_length"].to_numpy()
+        return self._base["input_length"].to_numpy()
 
     @property
     def output_length(self) -> np.ndarray:
         """int64 array of generated lengths in tokens, shape (n,)."""
-        return self.table["output_length"].to_numpy()
+        return self._base["output_length"].to_numpy()
 
     @property
     def n_blocks(self) -> np.ndarray:
@@ -152,18 +245,30 @@ class Trace:
         return float(t.max() - t.min()) if len(t) else 0.0
 
     def row_hash_ids(self, i: int) -> np.ndarray:
-        """Chained ids of row ``i`` (int32 view, shape (n_blocks_i,))."""
+        """Chained ids of row ``i`` (int32, shape (n_blocks_i,); a read-only view of
+        :attr:`hash_flat`, or a new array for a compact trace)."""
         n = len(self)
         if not -n <= i < n:
             raise IndexError(f"{self.name}: row {i} out of range for {n} rows")
         i %= n
-        return self.hash_flat[self.hash_offsets[i]:self.hash_offsets[i + 1]]
+        if self._flat is None:
+            ids = self._runs.row(i)
+            ids.flags.writeable = False
+            return ids
+        return self._flat[self.hash_offsets[i]:self.hash_offsets[i + 1]]
 
     def memory_bytes(self) -> int:
-        """Approximate resident bytes: table (deep, views counted by header) + flat id array."""
-        table = int(self.table.drop(columns=["hash_ids"]).memory_usage(deep=True).sum())
-        views = len(self) * (8 + _VIEW_HEADER_BYTES)  # object pointer + ndarray header per row
-        return table + views + self.hash_flat.nbytes + self.hash_offsets.nbytes
+        """Approximate resident bytes: table (deep, views counted by header) + ids (flat array and
+        per-row views once expanded; runs while compact)."""
+        base = self._base.drop(columns=["hash_ids"]) if "hash_ids" in self._base.columns else self._base
+        total = int(base.memory_usage(deep=True).sum()) + self.hash_offsets.nbytes
+        if self._flat is not None:
+            total += self._flat.nbytes
+            if self._full is not None or "hash_ids" in self._base.columns:
+                total += len(self) * (8 + _VIEW_HEADER_BYTES)  # pointer + ndarray header per row
+        if self._runs is not None:
+            total += self._runs.nbytes - self._runs.offsets.nbytes
+        return total
 
     def require_prefix_info(self, what: str) -> None:
         """Raise :class:`TraceError` if this trace has no prefix hash ids.
@@ -182,9 +287,15 @@ class Trace:
               group_column: str | None = None) -> Trace:
         start = max(0, min(start, len(self)))
         stop = max(start, min(stop, len(self)))
+        if self._runs_only:   # built compact: slice the runs, never expand them
+            table = self._base.iloc[start:stop].reset_index(drop=True)
+            if rebase_s is not None and rebase_s != 0.0:
+                table["arrival_s"] = table["arrival_s"].to_numpy() - rebase_s
+            return Trace(table, self.block_tokens, name, self.has_prefix_info, None, None,
+                         group_column, hash_runs=self._runs.take(start, stop))
         table = self.table.iloc[start:stop].reset_index(drop=True)
         lo, hi = int(self.hash_offsets[start]), int(self.hash_offsets[stop])
-        flat = self.hash_flat[lo:hi]
+        flat = self._flat[lo:hi]
         offsets = self.hash_offsets[start:stop + 1] - lo
         if rebase_s is not None and rebase_s != 0.0:
             table["arrival_s"] = table["arrival_s"].to_numpy() - rebase_s
@@ -276,13 +387,13 @@ class Trace:
         contiguous.
         """
         column = column or self.group_column
-        if column is None or column not in self.table.columns:
+        if column is None or column not in self._base.columns:
             raise TraceError(f"{self.name}: groups() needs a column to split by, got {column!r}")
-        codes, uniques = pd.factorize(self.table[column], use_na_sentinel=False)
+        codes, uniques = pd.factorize(self._base[column], use_na_sentinel=False)
         if len(codes) and np.any(np.diff(codes) < 0):
             i = int(np.flatnonzero(np.diff(codes) < 0)[0]) + 1
             raise TraceError(f"{self.name}: rows of {column!r} are not contiguous (row {i} returns "
-                             f"to {_show(self.table[column].iloc[i])} after other values)")
+                             f"to {_show(self._base[column].iloc[i])} after other values)")
         bounds = np.flatnonzero(np.diff(codes)) + 1
         starts = np.concatenate([[0], bounds]).astype(int)
         stops = np.concatenate([bounds, [len(codes)]]).astype(int)

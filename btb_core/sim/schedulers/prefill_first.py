@@ -19,9 +19,16 @@ class PrefillFirst(Scheduler):
 
     name = "prefill_first"
 
+    def __init__(self, cluster) -> None:
+        super().__init__(cluster)
+        self._max_running = cluster.max_running
+        self._scheduled = cluster.reuse_on == "scheduled"
+
     def plan(self, sim, rep) -> None:
         waiting = rep.waiting
-        i = sim.first_unheld(rep) if waiting and rep.running < self.cluster.max_running else None
+        i = None
+        if waiting and rep.n_decode + len(rep.prefilling) + rep.in_op < self._max_running:
+            i = sim.first_unheld(rep) if rep.holds else 0
         if i is not None:
             job = waiting[i]
             if sim.try_admit(rep, job):
@@ -33,7 +40,7 @@ class PrefillFirst(Scheduler):
                 req = job.req
                 compute = sim.cost.prefill_s(req.input_length - job.done_tokens, job.done_tokens)
                 rep.in_op += 1
-                if self.cluster.reuse_on == "scheduled":
+                if self._scheduled:
                     sim.complete(rep, job, req.input_length)
                 sim.start_op(rep, "prefill", job.load_s + compute + sim.cost.step_overhead_s, job)
                 return
