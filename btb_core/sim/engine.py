@@ -16,6 +16,7 @@ import gc
 import heapq
 import sys
 from array import array
+from functools import partial
 
 import numpy as np
 
@@ -180,6 +181,7 @@ class Simulator:
         self._on_blocks = getattr(router, "on_blocks_complete", None)
         #: What the router sees: a ClusterView, or a LaggedView (stale KV events / loads, sim/lag.py)
         self.view = ClusterView(self)
+        self._schedule = partial(self.scheduler.plan, self)   # (no extra frame per planning)
         self.paged = cluster.kv_admission == "paged"
         if self.paged:
             self._paged_setup()
@@ -393,10 +395,12 @@ class Simulator:
             if bar is not None and (i & 1023) == 0:
                 bar.update(1024)
             r = route(job.req)
+            req = job.req
             if r is None:     # held in the router's own queue; it calls dispatch() later
-                held[job.req.index] = job
+                held[req.index] = job
                 continue
-            job.req.drop_hash_ids()
+            if req._source is not None:   # (Request.drop_hash_ids, inlined)
+                req._hash_ids = None
             if not (0 <= r < self.num_replicas):
                 raise ValueError(f"router {type(router).__name__} returned replica {r!r} for request "
                                  f"{job.req.request_id!r}; valid replicas are 0..{self.num_replicas - 1}")
@@ -982,10 +986,11 @@ class Simulator:
     def start_op(self, rep, kind, duration, data):
         rep.busy = True
         rep.op_kind = kind
-        rep.op_token += 1
-        rep.op_start_s = self.now
+        token = rep.op_token = rep.op_token + 1
+        now = rep.op_start_s = self.now
         rep.op_data = data
-        self._push(self.now + duration, _OP, rep, rep.op_token)
+        self._seq += 1
+        heapq.heappush(self._heap, (now + duration, _OP, self._seq, rep, token))
 
     def idle(self, rep):
         """Leave ``rep`` idle until the next arrival, transfer or wake-up plans it again."""
@@ -1000,6 +1005,8 @@ class Simulator:
         self._schedule(rep)
 
     def _schedule(self, rep):
+        """Ask the scheduler for ``rep``'s next operation (``__init__`` binds this straight to the
+        scheduler's ``plan``; paged admission wraps it)."""
         self.scheduler.plan(self, rep)
 
     def start_stretch(self, rep):

@@ -613,8 +613,10 @@ class KVCache:
 
     def reserve_private(self, slots: int) -> None:
         self.make_room(slots)
-        self.used_slots += slots
-        self._note_peak()
+        h = self.used_slots = self.used_slots + slots
+        h += self.lru.size
+        if h > self.peak_hbm_blocks:
+            self.peak_hbm_blocks = h
 
     def complete_blocks(self, starts, lens, start: int, stop: int) -> int:
         """Blocks ``start..stop-1`` of a running request's path finished prefill: make them reusable.
