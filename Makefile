@@ -31,10 +31,13 @@ $(ENGINE_STAMP): pyproject.toml
 
 engine: $(ENGINE_STAMP)
 
-## Run every notebook in notebooks/ in order at full size; executed copies go to build/notebooks/,
-## figures (PNG + SVG) to figures/.
+## Run every notebook in notebooks/ at full size; executed copies go to build/notebooks/, figures
+## (PNG + SVG) to figures/. REPRODUCE_JOBS notebooks run at once, each in its own process (1: one
+## after another, in order); a replay one notebook repeats from another is read from the run's
+## replay cache (build/replay-cache/, removed at the end).
+REPRODUCE_JOBS ?= 2
 reproduce: install
-	$(BIN)/python -m btb_core.notebooks --params notebooks/params/full.yaml --out build/notebooks
+	$(BIN)/python -m btb_core.notebooks --params notebooks/params/full.yaml --out build/notebooks --jobs $(REPRODUCE_JOBS)
 
 ## Unit, functional and property tests (with the real-engine smoke test), every notebook at its
 ## quick defaults under nbval, then notebooks 04 and 05 in JupyterLab in a real (headless) browser.
