@@ -188,11 +188,39 @@ def _run_serial(notebooks: list[Path], params: dict, out_dir: Path, quiet: bool)
     return 0
 
 
-def _pump(stream, prefix: str) -> None:
-    """Copy a child's output to ours, ``prefix`` at the start of every line (progress bars redraw
-    with a carriage return: a new line for this purpose too)."""
+class _Console:
+    """Our stdout shared by the notebooks' output threads: whole chunks under a lock, and a line
+    break first when another source left its line unfinished (a progress bar redrawn with
+    carriage returns), so lines of two notebooks never run together."""
+
+    def __init__(self, out=None):
+        import threading
+
+        self.out = out or sys.stdout
+        self.lock = threading.Lock()
+        self.last = None            # who wrote last
+        self.at_start = True        # the last write ended a line
+
+    def write(self, source, text: str) -> None:
+        if not text:
+            return
+        with self.lock:
+            if source != self.last and not self.at_start:
+                self.out.write("\n")
+            self.out.write(text)
+            self.out.flush()
+            self.last = source
+            self.at_start = text.endswith("\n")
+
+    def say(self, line: str) -> None:
+        self.write(None, line + "\n")
+
+
+def _pump(stream, prefix: str, console: _Console | None = None) -> None:
+    """Copy a child's output to ``console``, ``prefix`` at the start of every line (progress bars
+    redraw with a carriage return: a new line for this purpose too)."""
+    console = console or _Console()
     at_start = True
-    out = sys.stdout
     for chunk in iter(lambda: stream.read1(65536), b""):
         text = chunk.decode("utf-8", errors="replace")
         pieces = []
@@ -203,8 +231,7 @@ def _pump(stream, prefix: str) -> None:
             pieces.append(ch)
             if ch in "\r\n":
                 at_start = True
-        out.write("".join(pieces))
-        out.flush()
+        console.write(prefix, "".join(pieces))
 
 
 def _run_parallel(notebooks: list[Path], params_file: Path | None, out_dir: Path, jobs: int) -> int:
@@ -221,6 +248,7 @@ def _run_parallel(notebooks: list[Path], params_file: Path | None, out_dir: Path
     running: dict = {}
     n = len(notebooks)
     number = {nb.stem: i for i, nb in enumerate(notebooks, 1)}
+    console = _Console()
     status = 0
     try:
         while pending or running:
@@ -234,10 +262,11 @@ def _run_parallel(notebooks: list[Path], params_file: Path | None, out_dir: Path
                        nb.stem, "--jobs", "1", "--quiet"]
                 if params_file is not None:
                     cmd[3:3] = ["--params", str(params_file)]
-                print(f"[btb] ({number[nb.stem]}/{n}) running {nb.name} ...", flush=True)
+                console.say(f"[btb] ({number[nb.stem]}/{n}) running {nb.name} ...")
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, start_new_session=True)
-                pump = threading.Thread(target=_pump, args=(proc.stdout, f"[{nb.stem[:2]}] "), daemon=True)
+                pump = threading.Thread(target=_pump, args=(proc.stdout, f"[{nb.stem[:2]}] ", console),
+                                        daemon=True)
                 pump.start()
                 running[nb.stem] = (nb, proc, pump, time.perf_counter())
             if not running:
@@ -251,14 +280,13 @@ def _run_parallel(notebooks: list[Path], params_file: Path | None, out_dir: Path
                 pump.join()
                 del running[stem]
                 if proc.returncode != 0:
-                    print(f"[btb] {nb.name} failed (exit status {proc.returncode}); stopping",
-                          file=sys.stderr)
+                    console.say(f"[btb] {nb.name} failed (exit status {proc.returncode}); stopping")
                     status = 1
                     pending.clear()
                     break
                 done.add(stem)
-                print(f"[btb] ({number[stem]}/{n}) {nb.name} done in {time.perf_counter() - start:.1f} s",
-                      flush=True)
+                console.say(f"[btb] ({number[stem]}/{n}) {nb.name} done in "
+                            f"{time.perf_counter() - start:.1f} s")
             if status:
                 break
     finally:

@@ -204,3 +204,16 @@ def test_parallel_runner_prefixes_every_line(capsys):
     raw = io.BufferedReader(io.BytesIO(b"first\nbar  0%\rbar 50%\rbar 100%\nlast"))
     _pump(raw, "[04] ")
     assert capsys.readouterr().out == "[04] first\n[04] bar  0%\r[04] bar 50%\r[04] bar 100%\n[04] last"
+
+
+def test_parallel_runner_never_runs_two_notebooks_lines_together():
+    import io
+
+    from btb_core.notebooks import _Console, _pump
+
+    out = io.StringIO()
+    console = _Console(out)
+    _pump(io.BufferedReader(io.BytesIO(b"bar 10%\rbar 20%")), "[04] ", console)   # no line end
+    _pump(io.BufferedReader(io.BytesIO(b"done\n")), "[03] ", console)
+    console.say("[btb] (4/8) 03 done")
+    assert out.getvalue() == "[04] bar 10%\r[04] bar 20%\n[03] done\n[btb] (4/8) 03 done\n"
