@@ -174,9 +174,27 @@ def run_cell(cell: Cell, window_trace, with_requests: bool = True) -> dict:
     if with_requests:
         req = res.requests[["request_id", "arrival_s", "replica", "reuse_tier", "reused_tokens",
                             "queue_wait_s", "ttft_s", "e2e_s"]].copy()
-        req["row_kind"] = row_kinds(window_trace)
+        req["row_kind"] = _window_row_kinds(window_trace).copy()
         out["requests"] = req
     return out
+
+
+_LAST_KINDS: list = [None]   # (weak reference to a Trace, its row kinds)
+
+
+def _window_row_kinds(window) -> np.ndarray:
+    """:func:`row_kinds` of ``window``, parsed once for all the cells replayed on it in a row
+    (parsing every row's metadata JSON took ~50 ms per 4,120-row window, ~10% of a cell). Holds
+    the window weakly, so a replay still holds one window at a time."""
+    import weakref
+
+    last = _LAST_KINDS[0]
+    if last is not None and last[0]() is window:
+        return last[1]
+    _LAST_KINDS[0] = None
+    kinds = row_kinds(window)
+    _LAST_KINDS[0] = (weakref.ref(window), kinds)
+    return kinds
 
 
 def row_kinds(window) -> np.ndarray:
@@ -383,15 +401,23 @@ def run_experiment(dataset, split: str = "test", policies=("cache_aware", "btb")
     cells = [Cell(s, sch, p, wid, replicas, tuple(sorted(router_params.get(p, {}).items())), seed,
                   attention=attention)
              for s in setups for sch in schedulers for p in policies for wid in wids]
-    order = sorted(range(len(cells)), key=lambda j: (index[cells[j].window], j))  # window-major
+    results: list = [None] * len(cells)
+    cache = _cache_lookup(dataset, split, cells, results)
+    # window-major; cells found in the replay cache are not replayed
+    order = sorted((j for j in range(len(cells)) if results[j] is None),
+                   key=lambda j: (index[cells[j].window], j))
     if workers is None:
-        requests = len(setups) * len(schedulers) * len(policies) * sum(src.rows[:nwin])
+        rows = dict(zip(wids, src.rows[:nwin]))
+        requests = sum(rows[cells[j].window] for j in order)
         n_workers = default_workers() if requests >= POOL_MIN_REQUESTS else 1
     else:
         n_workers = workers
-    n_workers = min(n_workers, len(cells))
+    n_workers = max(1, min(n_workers, len(order)))
     bars = _bars(cells, setups, progress)
-    results: list = [None] * len(cells)
+    if bars:
+        for j, out in enumerate(results):
+            if out is not None:
+                bars[cells[j].setup].update(1)
     import gc
 
     gc.collect()
@@ -406,14 +432,17 @@ def run_experiment(dataset, split: str = "test", policies=("cache_aware", "btb")
                 for fut in as_completed(futures):
                     j, out = fut.result()
                     results[j] = out
+                    _cache_store(cache, j, out)
                     if bars:
                         bars[cells[j].setup].update(1)
         else:
             for j in order:
                 results[j] = _run_and_collect(cells[j], _window(src, index[cells[j].window]))
+                _cache_store(cache, j, results[j])
                 if bars:
                     bars[cells[j].setup].update(1)
             _LAST_WINDOW[0] = None
+            _LAST_KINDS[0] = None
     finally:
         gc.unfreeze()
         for bar in bars.values():
@@ -442,6 +471,36 @@ def run_experiment(dataset, split: str = "test", policies=("cache_aware", "btb")
         result.info["continuous"] = _continuous(src, nwin, policies, setups, schedulers, replicas,
                                                 seed, router_params, attention)
     return result
+
+
+def _cache_lookup(dataset, split, cells, results) -> tuple | None:
+    """Fill ``results[j]`` for every cell found in the replay cache (:mod:`btb_core.replay_cache`,
+    on when ``$BTB_REPLAY_CACHE`` is set); returns ``(directory, keys)`` for storing the others,
+    or None when the cache is off. Prints one line saying how many cells were reused."""
+    import sys
+
+    from . import replay_cache
+
+    directory = replay_cache.cache_dir()
+    if directory is None:
+        return None
+    digest = replay_cache.dataset_digest(dataset)
+    keys = [replay_cache.cell_key(c, split, digest) for c in cells]
+    for j, key in enumerate(keys):
+        results[j] = replay_cache.load(directory, key)
+    hits = sum(r is not None for r in results)
+    if hits:
+        print(f"[btb] replay cache: {hits} of {len(cells)} cells already replayed in this run, "
+              f"reused", file=sys.stderr, flush=True)
+    return directory, keys
+
+
+def _cache_store(cache, j: int, out: dict) -> None:
+    """Store cell ``j``'s fresh output (before the caller adds its own columns)."""
+    if cache is not None:
+        from . import replay_cache
+
+        replay_cache.store(cache[0], cache[1][j], out)
 
 
 def _continuous(src, nwin, policies, setups, schedulers, replicas, seed, router_params, attention=True):
@@ -496,8 +555,16 @@ def ensure_dataset(preset: str = "quick", seed: int = 0, out_dir=None, **overrid
     Builds ``btb_core.synth`` preset ``preset`` (with field ``overrides``) at ``seed`` into
     ``out_dir`` (default ``<repo>/build/datasets/bursted-<preset>[-<overrides>]-seed<seed>``) unless
     a dataset with the same manifest parameters is already there. Returns the directory.
+
+    Processes that ask for the same default directory at once (notebooks run side by side by
+    ``make reproduce``) build it once: the others wait on a lock file beside it in
+    ``build/datasets/`` (``.<name>.lock``) and then find it built.
     """
+    import contextlib
+    import fcntl
+
     from . import synth
+    from .fileio import ensure_dir
     from .paths import REPO_ROOT
 
     tag = "".join(f"-{k}{v}" for k, v in sorted(overrides.items()))
@@ -505,9 +572,18 @@ def ensure_dataset(preset: str = "quick", seed: int = 0, out_dir=None, **overrid
     manifest = out / "manifest.json"
     if manifest.exists():
         return out
-    cfg = synth.preset(preset, **overrides)
-    ds = synth.build(None, cfg, seed=seed)
-    synth.write(ds, out, overwrite=True)
+    if out_dir:
+        lock = contextlib.nullcontext()
+    else:
+        ensure_dir(out.parent)
+        lock = open(out.parent / f".{out.name}.lock", "a")
+    with lock:
+        if not out_dir:
+            fcntl.flock(lock, fcntl.LOCK_EX)     # released when the file is closed
+        if not manifest.exists():
+            cfg = synth.preset(preset, **overrides)
+            ds = synth.build(None, cfg, seed=seed)
+            synth.write(ds, out, overwrite=True)
     return out
 
 

@@ -8,10 +8,18 @@ to ``build/figures-quick/``, unless ``$BTB_FIGURES_DIR`` says otherwise. A noteb
 JupyterLab writes to ``build/figures/``, so the shipped figures are only ever written by
 ``make reproduce``.
 
+``--jobs N`` runs up to N notebooks at once, each in a process of its own (``make reproduce`` runs
+two: on two cores the single-threaded notebooks fill the core that a replay's process pool leaves
+idle between its phases); a notebook that replays cells another one replays first
+(:data:`REUSES`) starts after it. Every notebook of a run shares one replay cache
+(:mod:`btb_core.replay_cache`, in a fresh folder under ``build/replay-cache/`` removed at the end),
+so a cell replayed by one notebook is read back, not replayed again, by the next.
+
 Progress: one line per notebook, and the kernel's progress bars (replayed windows, sweep cells) are
-passed through to the terminal. Kernels talk to this process over IPC sockets in a private temporary
-directory, not TCP, so there is nothing to eavesdrop on and ipykernel has nothing to warn about.
-Stops at the first failing notebook with a one-line message naming it.
+passed through to the terminal (with ``--jobs`` > 1 each line starts with the notebook's number).
+Kernels talk to their papermill process over IPC sockets in a private temporary directory, not TCP,
+so there is nothing to eavesdrop on and ipykernel has nothing to warn about. Stops at the first
+failing notebook with a one-line message naming it (and ends the notebooks still running).
 """
 
 from __future__ import annotations
@@ -74,10 +82,56 @@ def _ipc_kernel_manager(socket_dir: str):
     return IPCKernelManager
 
 
-def run_all(params_file: Path | None, out_dir: Path, only: list[str] | None = None) -> int:
-    import tempfile
+#: Notebooks that replay cells another notebook replays first: with ``--jobs`` > 1 they start only
+#: after it, so the run's replay cache (:mod:`btb_core.replay_cache`) serves those cells instead of
+#: replaying them twice (06's Bursted section replays five of 04's policies on 04's windows).
+REUSES = {"06_beyond_the_rule": ("04_btb_replay",)}
 
+
+def _execute(nb: Path, out_dir: Path, parameters: dict, socket_dir: str) -> str | None:
+    """Run one notebook with papermill; returns None, or a one-line failure message."""
     import papermill as pm
+
+    try:
+        pm.execute_notebook(
+            str(nb),
+            str(out_dir / nb.name),
+            parameters=parameters,
+            cwd=str(REPO_ROOT / "notebooks"),
+            progress_bar=False,
+            kernel_name=KERNEL_NAME,
+            stderr_file=sys.stderr,
+            kernel_manager_class=_ipc_kernel_manager(socket_dir),
+        )
+    except pm.PapermillExecutionError as exc:
+        return f"{nb.name} failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
+    return None
+
+
+def run_all(params_file: Path | None, out_dir: Path, only: list[str] | None = None, jobs: int = 1,
+            quiet: bool = False) -> int:
+    """Execute the notebooks (see the module docstring); returns the exit status (0 or 1).
+
+    Parameters
+    ----------
+    params_file : Path or None
+        YAML mapping notebook stem -> papermill parameters (None: quick defaults).
+    out_dir : Path
+        Where the executed copies go.
+    only : list of str, optional
+        Run only notebooks whose name starts with one of these.
+    jobs : int
+        Notebooks run at once (>= 1). With more than one, each runs in a process of its own, its
+        output lines prefixed with its number, and a notebook listed in :data:`REUSES` starts
+        after the notebooks it reuses; notebooks others wait for start first.
+    quiet : bool
+        No per-notebook lines (used for the processes of ``jobs`` > 1).
+
+    The run's replay cache (:mod:`btb_core.replay_cache`) lives in a fresh folder under
+    ``build/replay-cache/``, removed when the run ends, unless ``$BTB_REPLAY_CACHE`` is set.
+    """
+    import shutil
+    import tempfile
 
     params = yaml.safe_load(params_file.read_text()) if params_file else {}
     params = params or {}
@@ -93,30 +147,157 @@ def run_all(params_file: Path | None, out_dir: Path, only: list[str] | None = No
     notebooks = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     if only:
         notebooks = [nb for nb in notebooks if any(nb.stem.startswith(o) for o in only)]
+    from .replay_cache import ENV as CACHE_ENV
+
+    own_cache = None
+    if not os.environ.get(CACHE_ENV, "").strip():
+        root = REPO_ROOT / "build" / "replay-cache"
+        root.mkdir(parents=True, exist_ok=True)
+        own_cache = tempfile.mkdtemp(prefix="run-", dir=root)
+        os.environ[CACHE_ENV] = own_cache
     total_start = time.perf_counter()
+    try:
+        if jobs > 1 and len(notebooks) > 1:
+            status = _run_parallel(notebooks, params_file, out_dir, jobs)
+        else:
+            status = _run_serial(notebooks, params, out_dir, quiet)
+    finally:
+        if own_cache is not None:
+            shutil.rmtree(own_cache, ignore_errors=True)
+            os.environ.pop(CACHE_ENV, None)
+    if status == 0 and not quiet:
+        print(f"[btb] all {len(notebooks)} notebooks done in {time.perf_counter() - total_start:.1f} s")
+    return status
+
+
+def _run_serial(notebooks: list[Path], params: dict, out_dir: Path, quiet: bool) -> int:
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="btb-kernels-") as socket_dir:
         for i, nb in enumerate(notebooks, 1):
             start = time.perf_counter()
-            print(f"[btb] ({i}/{len(notebooks)}) running {nb.name} ...", flush=True)
-            try:
-                pm.execute_notebook(
-                    str(nb),
-                    str(out_dir / nb.name),
-                    parameters=params.get(nb.stem, {}),
-                    cwd=str(REPO_ROOT / "notebooks"),
-                    progress_bar=False,
-                    kernel_name=KERNEL_NAME,
-                    stderr_file=sys.stderr,
-                    kernel_manager_class=_ipc_kernel_manager(socket_dir),
-                )
-            except pm.PapermillExecutionError as exc:
-                print(f"[btb] {nb.name} failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue}",
-                      file=sys.stderr)
+            if not quiet:
+                print(f"[btb] ({i}/{len(notebooks)}) running {nb.name} ...", flush=True)
+            failed = _execute(nb, out_dir, params.get(nb.stem, {}), socket_dir)
+            if failed:
+                print(f"[btb] {failed}", file=sys.stderr)
                 return 1
-            print(f"[btb] ({i}/{len(notebooks)}) {nb.name} done in {time.perf_counter() - start:.1f} s",
-                  flush=True)
-    print(f"[btb] all {len(notebooks)} notebooks done in {time.perf_counter() - total_start:.1f} s")
+            if not quiet:
+                print(f"[btb] ({i}/{len(notebooks)}) {nb.name} done in "
+                      f"{time.perf_counter() - start:.1f} s", flush=True)
     return 0
+
+
+class _Console:
+    """Our stdout shared by the notebooks' output threads: whole chunks under a lock, and a line
+    break first when another source left its line unfinished (a progress bar redrawn with
+    carriage returns), so lines of two notebooks never run together."""
+
+    def __init__(self, out=None):
+        import threading
+
+        self.out = out or sys.stdout
+        self.lock = threading.Lock()
+        self.last = None            # who wrote last
+        self.at_start = True        # the last write ended a line
+
+    def write(self, source, text: str) -> None:
+        if not text:
+            return
+        with self.lock:
+            if source != self.last and not self.at_start:
+                self.out.write("\n")
+            self.out.write(text)
+            self.out.flush()
+            self.last = source
+            self.at_start = text.endswith("\n")
+
+    def say(self, line: str) -> None:
+        self.write(None, line + "\n")
+
+
+def _pump(stream, prefix: str, console: _Console | None = None) -> None:
+    """Copy a child's output to ``console``, ``prefix`` at the start of every line (progress bars
+    redraw with a carriage return: a new line for this purpose too)."""
+    console = console or _Console()
+    at_start = True
+    for chunk in iter(lambda: stream.read1(65536), b""):
+        text = chunk.decode("utf-8", errors="replace")
+        pieces = []
+        for ch in text:
+            if at_start and ch not in "\r\n":
+                pieces.append(prefix)
+                at_start = False
+            pieces.append(ch)
+            if ch in "\r\n":
+                at_start = True
+        console.write(prefix, "".join(pieces))
+
+
+def _run_parallel(notebooks: list[Path], params_file: Path | None, out_dir: Path, jobs: int) -> int:
+    """Run up to ``jobs`` notebooks at once, each in its own process (see :func:`run_all`)."""
+    import signal
+    import subprocess
+    import threading
+
+    stems = [nb.stem for nb in notebooks]
+    waits = {s: [d for d in REUSES.get(s, ()) if d in stems] for s in stems}
+    needed = {d for ds in waits.values() for d in ds}
+    pending = sorted(notebooks, key=lambda nb: (nb.stem not in needed, nb.name))
+    done: set[str] = set()
+    running: dict = {}
+    n = len(notebooks)
+    number = {nb.stem: i for i, nb in enumerate(notebooks, 1)}
+    console = _Console()
+    status = 0
+    try:
+        while pending or running:
+            while len(running) < jobs:
+                ready = [nb for nb in pending if all(d in done for d in waits[nb.stem])]
+                if not ready:
+                    break
+                nb = ready[0]
+                pending.remove(nb)
+                cmd = [sys.executable, "-m", "btb_core.notebooks", "--out", str(out_dir), "--only",
+                       nb.stem, "--jobs", "1", "--quiet"]
+                if params_file is not None:
+                    cmd[3:3] = ["--params", str(params_file)]
+                console.say(f"[btb] ({number[nb.stem]}/{n}) running {nb.name} ...")
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+                pump = threading.Thread(target=_pump, args=(proc.stdout, f"[{nb.stem[:2]}] ", console),
+                                        daemon=True)
+                pump.start()
+                running[nb.stem] = (nb, proc, pump, time.perf_counter())
+            if not running:
+                print(f"[btb] cannot start {', '.join(nb.name for nb in pending)}: the notebooks "
+                      f"they wait for did not run", file=sys.stderr)
+                return 1
+            time.sleep(0.2)
+            for stem, (nb, proc, pump, start) in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                pump.join()
+                del running[stem]
+                if proc.returncode != 0:
+                    console.say(f"[btb] {nb.name} failed (exit status {proc.returncode}); stopping")
+                    status = 1
+                    pending.clear()
+                    break
+                done.add(stem)
+                console.say(f"[btb] ({number[stem]}/{n}) {nb.name} done in "
+                            f"{time.perf_counter() - start:.1f} s")
+            if status:
+                break
+    finally:
+        for nb, proc, pump, start in running.values():
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)   # the notebook's process group: papermill,
+            except ProcessLookupError:                 # its kernel and the kernel's workers
+                pass
+        for nb, proc, pump, start in running.values():
+            proc.wait()
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,8 +305,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--params", type=Path, default=None, help="YAML: notebook stem -> parameters")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "build" / "notebooks")
     parser.add_argument("--only", nargs="*", help="run only notebooks whose name starts with these")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="notebooks run at once, each in its own process (default 1: in order)")
+    parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    return run_all(args.params, args.out, args.only)
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: must be >= 1")
+    return run_all(args.params, args.out, args.only, args.jobs, args.quiet)
 
 
 if __name__ == "__main__":
