@@ -11,12 +11,10 @@ ENGINE_STAMP := $(ENGINE_VENV)/.installed
 
 .PHONY: install reproduce test test-py test-notebooks test-browser lab bench bench-fleet clean engine test-engine
 
-## --no-compile: Python writes the bytecode of the modules actually imported on first import;
-## compiling all ~6,800 installed files up front took ~30 CPU-seconds of the install.
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --no-compile --upgrade pip
-	$(BIN)/python -m pip install -q --no-compile -e '.[dev,gateway]'
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev,gateway]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name btb --display-name "Python (btb)" >/dev/null
 	@touch $(STAMP)
 
