@@ -189,8 +189,9 @@ def test_llm_d_approx_matches_equal_each_replicas_walk(ops, capacity, query):
         if k:
             want[r] = k
     assert router._approx_matches(blocks) == want
-    for h, d in router._lru_holders.items():
-        assert set(d) == {r for r, lru in enumerate(router._lru) if h in lru}
+    for h, mask in router._lru_holders.items():
+        assert mask == sum(1 << r for r, lru in enumerate(router._lru) if h in lru)
+    assert all(h in router._lru_holders for lru in router._lru for h in lru)
 
 
 # -- whole replays: index vs scan ------------------------------------------------------------------

@@ -33,14 +33,21 @@ total and breaks ties uniformly at random with ``view.rng`` (the max-score picke
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
+from itertools import accumulate, filterfalse, repeat, takewhile
+from operator import and_
 
 import numpy as np
 
 from ..errors import ConfigError
 from .base import Router, cached_blocks_all, kv_usage_all, queue_length_all
 from .cache_aware import parse_tiers
+from .holder_sets import nested_depths
 from .params import RouterParam, check_range
+
+#: Stale entries the access queue of an approximate index may carry beyond twice the index size
+#: before it is rebuilt (bounds memory; the rebuild costs one sort of the index).
+_ORDER_SLACK = 1024
 
 
 class LlmDRouter(Router):
@@ -121,8 +128,15 @@ class LlmDRouter(Router):
 
     def reset(self, view) -> None:
         super().reset(view)
-        self._lru = [OrderedDict() for _ in range(view.num_replicas)]
-        self._lru_holders: dict = {}   # block id -> {replica: None} whose approx index holds it
+        n = view.num_replicas
+        # the approximate index: per replica, block id -> its last access number (the LRU order
+        # is the order of these numbers), with a queue of (number, block) in access order from
+        # which the oldest is evicted (entries of blocks accessed again since are stale: skipped,
+        # and dropped when they outnumber the index)
+        self._lru: list[dict] = [dict() for _ in range(n)]
+        self._lru_seq = [0] * n
+        self._lru_order: list[deque] = [deque() for _ in range(n)]
+        self._lru_holders: dict = {}   # block id -> bitmask of the replicas whose index holds it
         self._active_counts = [0] * view.num_replicas   # active-request scorer's book
         self._active: dict[int, int] = {}                # request index -> replica
         self._active_order: deque = deque()              # (dispatch time, request index)
@@ -165,36 +179,19 @@ class LlmDRouter(Router):
 
     def _approx_matches(self, blocks: tuple) -> dict[int, int]:
         """``{replica: leading blocks of blocks in its approximate index}`` for replicas matching
-        at least one: a running intersection of the blocks' holder sets while more than two
-        replicas still match, then each remaining replica's own index (an LRU is not
-        prefix-closed, so the sets are intersected rather than nested)."""
+        at least one.
+
+        An LRU index is not prefix-closed (it drops a path's oldest, i.e. leading, blocks first),
+        so the holder masks along the blocks are intersected: a running AND, stopped at the first
+        block no replica still matches, all at C level. The running masks only lose bits, so each
+        replica's match is where its bit leaves them, found by bisection.
+        """
         holders = self._lru_holders
-        first = holders.get(blocks[0])
-        if not first:
+        if not holders.get(blocks[0]):
             return {}
-        nb = len(blocks)
-        out: dict[int, int] = {}
-        alive = set(first)
-        k = 1
-        while k < nb and len(alive) > 2:
-            d = holders.get(blocks[k])
-            if d is None:
-                for r in alive:
-                    out[r] = k
-                return out
-            nxt = alive & d.keys()
-            if len(nxt) != len(alive):
-                for r in alive - nxt:
-                    out[r] = k
-            alive = nxt
-            k += 1
-        for r in alive:
-            lru = self._lru[r]
-            j = k
-            while j < nb and blocks[j] in lru:
-                j += 1
-            out[r] = j
-        return out
+        acc = list(takewhile(bool, accumulate(map(holders.get, blocks, repeat(0, len(blocks))),
+                                              and_)))
+        return nested_depths(acc)
 
     def _expire_active(self) -> None:
         """Forget requests dispatched ``active_request_timeout_s`` or more ago (ttlcache TTL)."""
@@ -228,26 +225,38 @@ class LlmDRouter(Router):
         return replica
 
     def _remember(self, replica: int, blocks: tuple) -> None:
+        """Access ``blocks`` in ``replica``'s LRU index in order (a block seen again moves to the
+        most recent end), then evict the least recently used blocks beyond the capacity."""
         lru = self._lru[replica]
         holders = self._lru_holders
-        for h in blocks:
-            if h in lru:
-                lru.move_to_end(h)
-            else:
-                lru[h] = None
-                d = holders.get(h)
-                if d is None:
-                    holders[h] = {replica: None}
-                else:
-                    d[replica] = None
-        while len(lru) > self.lru_capacity_blocks:
-            h, _ = lru.popitem(last=False)
-            self._drop_holder(h, replica)
+        n = len(blocks)
+        new = list(filterfalse(lru.__contains__, blocks))
+        if new:
+            holders.update(zip(new, map((1 << replica).__or__,
+                                        map(holders.get, new, repeat(0, len(new))))))
+        seq = self._lru_seq[replica]
+        lru.update(zip(blocks, range(seq, seq + n)))
+        self._lru_seq[replica] = seq + n
+        order = self._lru_order[replica]
+        order.extend(zip(range(seq, seq + n), blocks))
+        excess = len(lru) - self.lru_capacity_blocks
+        if excess > 0:
+            get = lru.get
+            pop = order.popleft
+            while excess:
+                s, h = pop()
+                if get(h) == s:
+                    del lru[h]
+                    self._drop_holder(h, replica)
+                    excess -= 1
+        if len(order) > 2 * len(lru) + _ORDER_SLACK:
+            self._lru_order[replica] = deque(sorted(zip(lru.values(), lru)))
 
     def _drop_holder(self, block, replica: int) -> None:
-        d = self._lru_holders[block]
-        del d[replica]
-        if not d:
+        m = self._lru_holders[block] & ~(1 << replica)
+        if m:
+            self._lru_holders[block] = m
+        else:
             del self._lru_holders[block]
 
     def enable_index_sync(self) -> None:
@@ -266,6 +275,7 @@ class LlmDRouter(Router):
             for h in self._lru[replica]:
                 self._drop_holder(h, replica)
             self._lru[replica].clear()
+            self._lru_order[replica].clear()
 
     def on_request_finished(self, request, replica: int) -> None:
         r = self._active.pop(request.index, None)
