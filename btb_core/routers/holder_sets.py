@@ -14,13 +14,11 @@ per-node tenant sets, ``sgl-model-gateway/src/policies/tree.rs``, sgl-project/sg
 The same nesting makes the updates cheap. Reference counts only fall along a root path (every
 request through ``ids[k]`` also passes ``ids[k - 1]``), so adding a request enters a trailing
 stretch of new ids and removing it drops a trailing stretch whose count reaches 0, each found by
-one binary search; counts change in C-level dict updates, and the holder masks change once per
-stretch of equal masks (:func:`set_bit_nested`). No step walks the ids one by one in Python.
+one binary search; only the counts themselves change id by id, the holder masks change once per
+stretch of equal masks (:func:`set_bit_nested`).
 """
 
 from __future__ import annotations
-
-from collections import deque
 
 
 class BookHolders:
@@ -55,9 +53,8 @@ class BookHolders:
         book = self.books[replica]
         n = len(ids)
         m = leading_held(ids, book, n)
-        if m:
-            head = ids[:m]
-            book.update(zip(head, map(_inc, map(book.__getitem__, head))))
+        for h in ids[:m]:
+            book[h] += 1
         if m < n:
             book.update(dict.fromkeys(ids[m:n], 1))
             set_bit_nested(self.holders, ids, m, n, 1 << replica, True)
@@ -74,16 +71,15 @@ class BookHolders:
         k = leading_held(ids, book, len(ids))
         if not k:
             return 0
-        counts = list(map(book.__getitem__, ids[:k]))
         lo, hi = 0, k              # first position whose count is 1 (non-increasing counts)
         while lo < hi:
             mid = (lo + hi) // 2
-            if counts[mid] > 1:
+            if book[ids[mid]] > 1:
                 lo = mid + 1
             else:
                 hi = mid
-        if lo:
-            book.update(zip(ids[:lo], map(_dec, counts[:lo])))
+        for h in ids[:lo]:
+            book[h] -= 1
         if lo < k:
             _delete(book, ids[lo:k])
             set_bit_nested(self.holders, ids, lo, k, 1 << replica, False)
@@ -214,12 +210,9 @@ def set_bit_nested(masks: dict, ids, lo: int, hi: int, bit: int, on: bool) -> No
 
 
 def _delete(d: dict, keys) -> None:
-    """``del d[k]`` for every ``k`` of ``keys`` (all present), consumed at C level."""
-    deque(map(d.__delitem__, keys), maxlen=0)
-
-
-_inc = (1).__radd__      # x -> x + 1, as a C-level callable for map()
-_dec = (-1).__radd__     # x -> x - 1
+    """``del d[k]`` for every ``k`` of ``keys`` (all present)."""
+    for k in keys:
+        del d[k]
 
 
 def _bits(mask: int):

@@ -33,8 +33,8 @@ total and breaks ties uniformly at random with ``view.rng`` (the max-score picke
 
 from __future__ import annotations
 
-from collections import deque
-from itertools import accumulate, filterfalse, repeat, takewhile
+from collections import OrderedDict, deque
+from itertools import accumulate, repeat, takewhile
 from operator import and_
 
 import numpy as np
@@ -44,11 +44,6 @@ from .base import Router, cached_blocks_all, kv_usage_all, queue_length_all
 from .cache_aware import parse_tiers
 from .holder_sets import nested_depths
 from .params import RouterParam, check_range
-
-#: Stale entries the access queue of an approximate index may carry beyond twice the index size
-#: before it is rebuilt (bounds memory; the rebuild costs one sort of the index).
-_ORDER_SLACK = 1024
-
 
 class LlmDRouter(Router):
     """Weighted prefix / queue / KV-utilisation scoring (see the module docstring).
@@ -128,14 +123,8 @@ class LlmDRouter(Router):
 
     def reset(self, view) -> None:
         super().reset(view)
-        n = view.num_replicas
-        # the approximate index: per replica, block id -> its last access number (the LRU order
-        # is the order of these numbers), with a queue of (number, block) in access order from
-        # which the oldest is evicted (entries of blocks accessed again since are stale: skipped,
-        # and dropped when they outnumber the index)
-        self._lru: list[dict] = [dict() for _ in range(n)]
-        self._lru_seq = [0] * n
-        self._lru_order: list[deque] = [deque() for _ in range(n)]
+        # the approximate index: per replica, an LRU of block ids (oldest first)
+        self._lru = [OrderedDict() for _ in range(view.num_replicas)]
         self._lru_holders: dict = {}   # block id -> bitmask of the replicas whose index holds it
         self._active_counts = [0] * view.num_replicas   # active-request scorer's book
         self._active: dict[int, int] = {}                # request index -> replica
@@ -229,28 +218,16 @@ class LlmDRouter(Router):
         most recent end), then evict the least recently used blocks beyond the capacity."""
         lru = self._lru[replica]
         holders = self._lru_holders
-        n = len(blocks)
-        new = list(filterfalse(lru.__contains__, blocks))
-        if new:
-            holders.update(zip(new, map((1 << replica).__or__,
-                                        map(holders.get, new, repeat(0, len(new))))))
-        seq = self._lru_seq[replica]
-        lru.update(zip(blocks, range(seq, seq + n)))
-        self._lru_seq[replica] = seq + n
-        order = self._lru_order[replica]
-        order.extend(zip(range(seq, seq + n), blocks))
-        excess = len(lru) - self.lru_capacity_blocks
-        if excess > 0:
-            get = lru.get
-            pop = order.popleft
-            while excess:
-                s, h = pop()
-                if get(h) == s:
-                    del lru[h]
-                    self._drop_holder(h, replica)
-                    excess -= 1
-        if len(order) > 2 * len(lru) + _ORDER_SLACK:
-            self._lru_order[replica] = deque(sorted(zip(lru.values(), lru)))
+        bit = 1 << replica
+        for h in blocks:
+            if h in lru:
+                lru.move_to_end(h)
+            else:
+                lru[h] = None
+                holders[h] = holders.get(h, 0) | bit
+        while len(lru) > self.lru_capacity_blocks:
+            h, _ = lru.popitem(last=False)
+            self._drop_holder(h, replica)
 
     def _drop_holder(self, block, replica: int) -> None:
         m = self._lru_holders[block] & ~(1 << replica)
@@ -275,7 +252,6 @@ class LlmDRouter(Router):
             for h in self._lru[replica]:
                 self._drop_holder(h, replica)
             self._lru[replica].clear()
-            self._lru_order[replica].clear()
 
     def on_request_finished(self, request, replica: int) -> None:
         r = self._active.pop(request.index, None)
