@@ -52,6 +52,8 @@ class CheckingRouter(Router):
                 want = {r: m for r, m in want.items() if m}
                 assert v.cached_blocks_all(prefix, tiers) == want, (request.index, cut, tiers)
                 self.checked += 1
+        assert v.cached_block_count_all() == [v.cached_block_count(r)
+                                              for r in range(v.num_replicas)]
         rng = v.rng
         up = list(v.routable_replicas)
         if request.full_blocks >= 2 and rng.random() < 0.5:
