@@ -85,6 +85,8 @@ class RebuildIndex(ApproxPrefixIndex):
             removed += 1
             p = self._parent[h]
             if p is not None and p in children:
+                if held[p] < t:   # lazy access times: the parent takes its child's (insert)
+                    held[p] = t
                 children[p] -= 1
                 if children[p] == 0:
                     heapq.heappush(heap, (held[p], seq, p))

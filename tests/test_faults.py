@@ -258,7 +258,7 @@ def test_prefix_tree_eviction_matches_a_full_rebuild():
         tree.insert(0, ids, len(ids) * 16, 16, now_s=float(step))
         if step % 7 == 0:
             budget = int(rng.integers(0, 12)) * 16
-            held = dict(tree._time[0])
+            held = tree.access_times(0)   # the last access through every node
             children = dict(tree._children[0])
             size = tree.size_tokens(0)
             expect = []  # reference: repeatedly remove the least recently used leaf

@@ -52,6 +52,8 @@ class CheckingRouter(Router):
                 want = {r: m for r, m in want.items() if m}
                 assert v.cached_blocks_all(prefix, tiers) == want, (request.index, cut, tiers)
                 self.checked += 1
+        assert v.cached_block_count_all() == [v.cached_block_count(r)
+                                              for r in range(v.num_replicas)]
         rng = v.rng
         up = list(v.routable_replicas)
         if request.full_blocks >= 2 and rng.random() < 0.5:
@@ -189,8 +191,9 @@ def test_llm_d_approx_matches_equal_each_replicas_walk(ops, capacity, query):
         if k:
             want[r] = k
     assert router._approx_matches(blocks) == want
-    for h, d in router._lru_holders.items():
-        assert set(d) == {r for r, lru in enumerate(router._lru) if h in lru}
+    for h, mask in router._lru_holders.items():
+        assert mask == sum(1 << r for r, lru in enumerate(router._lru) if h in lru)
+    assert all(h in router._lru_holders for lru in router._lru for h in lru)
 
 
 # -- whole replays: index vs scan ------------------------------------------------------------------

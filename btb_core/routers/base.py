@@ -44,6 +44,15 @@ def queue_length_all(view) -> list[int]:
     return [view.queue_length(r) for r in range(view.num_replicas)]
 
 
+def cached_block_count_all(view) -> list[int]:
+    """``[view.cached_block_count(r) for r in range(view.num_replicas)]``, in one call when the
+    view has ``cached_block_count_all``."""
+    f = getattr(view, "cached_block_count_all", None)
+    if f is not None:
+        return f()
+    return [view.cached_block_count(r) for r in range(view.num_replicas)]
+
+
 def kv_usage_all(view) -> list[float]:
     """``[view.kv_usage(r) for r in range(view.num_replicas)]``, in one call when the view has
     ``kv_usage_all``."""

@@ -10,6 +10,12 @@ names it. :class:`BookHolders` keeps the sets incrementally as the book changes,
 shrink along the path): ``O(d log L)`` size look-ups for ``d`` distinct depths plus one C-level set
 difference per depth, instead of one binary search per replica (SGLang's radix tree keeps the same
 per-node tenant sets, ``sgl-model-gateway/src/policies/tree.rs``, sgl-project/sglang @ 24ce7f6c).
+
+The same nesting makes the updates cheap. Reference counts only fall along a root path (every
+request through ``ids[k]`` also passes ``ids[k - 1]``), so adding a request enters a trailing
+stretch of new ids and removing it drops a trailing stretch whose count reaches 0, each found by
+one binary search; only the counts themselves change id by id, the holder masks change once per
+stretch of equal masks (:func:`set_bit_nested`).
 """
 
 from __future__ import annotations
@@ -37,44 +43,47 @@ class BookHolders:
         self.holders: dict = {}
 
     def add(self, replica: int, ids) -> int:
-        """Count every id of ``ids`` once more on ``replica``; returns how many were new there."""
+        """Count every id of ``ids`` (a root path of chained ids) once more on ``replica``;
+        returns how many were new there.
+
+        The book is prefix-closed, so the ids it already holds are the first ``m`` (one binary
+        search): those are counted up and the rest entered in C-level dict updates, and the
+        holder masks change only along the new part, one update per stretch of equal masks.
+        """
         book = self.books[replica]
-        get = book.get
-        holders = self.holders
-        hget = holders.get
-        bit = 1 << replica
-        new = 0
-        for h in ids:
-            c = get(h)
-            if c is None:
-                book[h] = 1
-                new += 1
-                holders[h] = hget(h, 0) | bit
-            else:
-                book[h] = c + 1
-        return new
+        n = len(ids)
+        m = leading_held(ids, book, n)
+        for h in ids[:m]:
+            book[h] += 1
+        if m < n:
+            book.update(dict.fromkeys(ids[m:n], 1))
+            set_bit_nested(self.holders, ids, m, n, 1 << replica, True)
+        return n - m
 
     def remove(self, replica: int, ids) -> int:
-        """Undo :meth:`add` of ``ids`` on ``replica`` (ids it does not hold are ignored);
-        returns how many ids left its book."""
+        """Undo :meth:`add` of ``ids`` on ``replica`` (ids past the leading run it holds are
+        ignored); returns how many ids left its book.
+
+        Counts only fall along a root path (every path through an id passes its parent), so the
+        ids whose count reaches 0 are a trailing stretch of the held run (one binary search).
+        """
         book = self.books[replica]
-        get = book.get
-        holders = self.holders
-        keep = ~(1 << replica)
-        gone = 0
-        for h in ids:
-            c = get(h, 0) - 1
-            if c > 0:
-                book[h] = c
-            elif c == 0:
-                del book[h]
-                gone += 1
-                m = holders[h] & keep
-                if m:
-                    holders[h] = m
-                else:
-                    del holders[h]
-        return gone
+        k = leading_held(ids, book, len(ids))
+        if not k:
+            return 0
+        lo, hi = 0, k              # first position whose count is 1 (non-increasing counts)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if book[ids[mid]] > 1:
+                lo = mid + 1
+            else:
+                hi = mid
+        for h in ids[:lo]:
+            book[h] -= 1
+        if lo < k:
+            _delete(book, ids[lo:k])
+            set_bit_nested(self.holders, ids, lo, k, 1 << replica, False)
+        return k - lo
 
     def drop_replica(self, replica: int) -> None:
         """Forget ``replica``'s whole book (a failed replica)."""
@@ -151,6 +160,61 @@ def leading_held(ids, held, limit: int, known: int = 0) -> int:
     return lo
 
 
+def nested_depths(acc) -> dict[int, int]:
+    """``{replica: k}`` from nested masks ``acc`` (``acc[k]``: bitmask of the replicas matching at
+    least ``k + 1`` leading blocks, only losing bits as ``k`` grows): ``k`` is the number of masks
+    holding the replica's bit, for every replica of ``acc[0]``. Found by bisection on the masks,
+    ``O(d log L)`` for ``d`` distinct masks."""
+    n = len(acc)
+    out: dict[int, int] = {}
+    if not n:
+        return out
+    stack = [(0, n - 1)]
+    while stack:
+        lo, hi = stack.pop()
+        if acc[lo] == acc[hi]:
+            continue
+        if hi == lo + 1:
+            for r in _bits(acc[lo] & ~acc[hi]):
+                out[r] = lo + 1
+            continue
+        mid = (lo + hi) // 2
+        stack.append((mid, hi))
+        stack.append((lo, mid))
+    for r in _bits(acc[n - 1]):
+        out[r] = n
+    return out
+
+
+def set_bit_nested(masks: dict, ids, lo: int, hi: int, bit: int, on: bool) -> None:
+    """Set (``on``) or clear ``bit`` in ``masks[ids[k]]`` for ``k`` in ``[lo, hi)`` (absent = 0;
+    a mask that becomes 0 is deleted), given masks that only lose bits along ``ids`` (holder sets
+    of prefix-closed books or trees). Equal masks at both ends of a range then mean one value over
+    it, so the range is split only where the mask changes and each constant stretch is one
+    C-level update: ``O(d log L)`` look-ups for ``d`` distinct masks instead of one step per id."""
+    get = masks.get
+    stack = [(lo, hi)]
+    while stack:
+        a, b = stack.pop()
+        va = get(ids[a], 0)
+        if b - a == 1 or va == get(ids[b - 1], 0):
+            v = va | bit if on else va & ~bit
+            if v:
+                masks.update(dict.fromkeys(ids[a:b], v))
+            elif va:
+                _delete(masks, ids[a:b])
+            continue
+        mid = (a + b) // 2
+        stack.append((mid, b))
+        stack.append((a, mid))
+
+
+def _delete(d: dict, keys) -> None:
+    """``del d[k]`` for every ``k`` of ``keys`` (all present)."""
+    for k in keys:
+        del d[k]
+
+
 def _bits(mask: int):
     """Replica numbers of the set bits of ``mask``, ascending."""
     while mask:
@@ -159,4 +223,4 @@ def _bits(mask: int):
         mask ^= low
 
 
-__all__ = ["BookHolders"]
+__all__ = ["BookHolders", "leading_held", "nested_depths", "set_bit_nested"]

@@ -48,7 +48,7 @@ import math
 import numpy as np
 
 from ..errors import ConfigError
-from .base import Router, cached_blocks_all
+from .base import Router, cached_block_count_all, cached_blocks_all
 from .holder_sets import BookHolders
 from .cache_aware import parse_tiers
 from .params import RouterParam, check_range
@@ -169,15 +169,19 @@ class KvAwareRouter(Router):
                 uncached.append(u)
             return np.array(logits), np.array(uncached, np.int64)
         overlap = np.zeros(n, np.int64)
-        for r, m in found.items():
-            overlap[r] = m if m < req_blocks else req_blocks
+        if found:
+            k = len(found)
+            overlap[np.fromiter(found, np.int64, k)] = np.minimum(
+                np.fromiter(found.values(), np.int64, k), req_blocks)
         uncached = np.maximum(0, isl - overlap * bt)
         # int64 sums stay exact (as Python ints) for any realistic token count
         prefill_blocks = (np.array(self._prefill_tokens, np.int64) + uncached) / bt
         if router_book:
             decode_blocks = self._active_len + nfull
-            for r, k in book.items():
-                decode_blocks[r] -= k
+            if book:
+                k = len(book)
+                decode_blocks[np.fromiter(book, np.int64, k)] -= np.fromiter(book.values(),
+                                                                             np.int64, k)
         else:
             active = np.array([v.active_blocks(r) for r in range(n)], np.int64)
             decode_blocks = active + (req_blocks - overlap)
@@ -199,7 +203,10 @@ class KvAwareRouter(Router):
     def _break_tie(self, tied: list[int]) -> int:
         rng = self.view.rng
         if self.tie_break == "tree_size":
-            sizes = [self.view.cached_block_count(r) for r in tied]
+            if len(tied) > _SCALAR_MAX:   # many tied: one call for every replica's tree size
+                sizes = list(map(cached_block_count_all(self.view).__getitem__, tied))
+            else:
+                sizes = [self.view.cached_block_count(r) for r in tied]
             low = min(sizes)
             tied = [r for r, s in zip(tied, sizes) if s == low]
             if len(tied) == 1:

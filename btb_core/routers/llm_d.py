@@ -34,14 +34,16 @@ total and breaks ties uniformly at random with ``view.rng`` (the max-score picke
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from itertools import accumulate, repeat, takewhile
+from operator import and_
 
 import numpy as np
 
 from ..errors import ConfigError
 from .base import Router, cached_blocks_all, kv_usage_all, queue_length_all
 from .cache_aware import parse_tiers
+from .holder_sets import nested_depths
 from .params import RouterParam, check_range
-
 
 class LlmDRouter(Router):
     """Weighted prefix / queue / KV-utilisation scoring (see the module docstring).
@@ -121,8 +123,9 @@ class LlmDRouter(Router):
 
     def reset(self, view) -> None:
         super().reset(view)
+        # the approximate index: per replica, an LRU of block ids (oldest first)
         self._lru = [OrderedDict() for _ in range(view.num_replicas)]
-        self._lru_holders: dict = {}   # block id -> {replica: None} whose approx index holds it
+        self._lru_holders: dict = {}   # block id -> bitmask of the replicas whose index holds it
         self._active_counts = [0] * view.num_replicas   # active-request scorer's book
         self._active: dict[int, int] = {}                # request index -> replica
         self._active_order: deque = deque()              # (dispatch time, request index)
@@ -165,36 +168,19 @@ class LlmDRouter(Router):
 
     def _approx_matches(self, blocks: tuple) -> dict[int, int]:
         """``{replica: leading blocks of blocks in its approximate index}`` for replicas matching
-        at least one: a running intersection of the blocks' holder sets while more than two
-        replicas still match, then each remaining replica's own index (an LRU is not
-        prefix-closed, so the sets are intersected rather than nested)."""
+        at least one.
+
+        An LRU index is not prefix-closed (it drops a path's oldest, i.e. leading, blocks first),
+        so the holder masks along the blocks are intersected: a running AND, stopped at the first
+        block no replica still matches, all at C level. The running masks only lose bits, so each
+        replica's match is where its bit leaves them, found by bisection.
+        """
         holders = self._lru_holders
-        first = holders.get(blocks[0])
-        if not first:
+        if not holders.get(blocks[0]):
             return {}
-        nb = len(blocks)
-        out: dict[int, int] = {}
-        alive = set(first)
-        k = 1
-        while k < nb and len(alive) > 2:
-            d = holders.get(blocks[k])
-            if d is None:
-                for r in alive:
-                    out[r] = k
-                return out
-            nxt = alive & d.keys()
-            if len(nxt) != len(alive):
-                for r in alive - nxt:
-                    out[r] = k
-            alive = nxt
-            k += 1
-        for r in alive:
-            lru = self._lru[r]
-            j = k
-            while j < nb and blocks[j] in lru:
-                j += 1
-            out[r] = j
-        return out
+        acc = list(takewhile(bool, accumulate(map(holders.get, blocks, repeat(0, len(blocks))),
+                                              and_)))
+        return nested_depths(acc)
 
     def _expire_active(self) -> None:
         """Forget requests dispatched ``active_request_timeout_s`` or more ago (ttlcache TTL)."""
@@ -228,26 +214,26 @@ class LlmDRouter(Router):
         return replica
 
     def _remember(self, replica: int, blocks: tuple) -> None:
+        """Access ``blocks`` in ``replica``'s LRU index in order (a block seen again moves to the
+        most recent end), then evict the least recently used blocks beyond the capacity."""
         lru = self._lru[replica]
         holders = self._lru_holders
+        bit = 1 << replica
         for h in blocks:
             if h in lru:
                 lru.move_to_end(h)
             else:
                 lru[h] = None
-                d = holders.get(h)
-                if d is None:
-                    holders[h] = {replica: None}
-                else:
-                    d[replica] = None
+                holders[h] = holders.get(h, 0) | bit
         while len(lru) > self.lru_capacity_blocks:
             h, _ = lru.popitem(last=False)
             self._drop_holder(h, replica)
 
     def _drop_holder(self, block, replica: int) -> None:
-        d = self._lru_holders[block]
-        del d[replica]
-        if not d:
+        m = self._lru_holders[block] & ~(1 << replica)
+        if m:
+            self._lru_holders[block] = m
+        else:
             del self._lru_holders[block]
 
     def enable_index_sync(self) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import heapq
 from typing import Sequence
 
-from .holder_sets import leading_held
+from .holder_sets import leading_held, set_bit_nested
 
 
 class ApproxPrefixIndex:
@@ -41,7 +41,8 @@ class ApproxPrefixIndex:
 
     def __init__(self, num_replicas: int) -> None:
         self.num_replicas = num_replicas
-        self._time: list[dict] = [dict() for _ in range(num_replicas)]      # node -> last access s
+        # node -> access time, lazily: exact for leaves (see insert); access_times() gives all
+        self._time: list[dict] = [dict() for _ in range(num_replicas)]
         self._children: list[dict] = [dict() for _ in range(num_replicas)]  # node -> #children held
         self._rank: list[dict] = [dict() for _ in range(num_replicas)]      # node -> insertion rank
         self._next_rank = [0] * num_replicas
@@ -100,6 +101,29 @@ class ApproxPrefixIndex:
                 hi = mid - 1
         return lo
 
+    def access_times(self, replica: int) -> dict:
+        """``{node: last access s}`` of every node in ``replica``'s tree: the latest insert whose
+        path went through it (the stamps an eager restamp of every path node would leave).
+        ``O(nodes log nodes)``; for tests and inspection, not the hot path."""
+        held, parent = self._time[replica], self._parent
+        depth: dict = {}
+        for h in held:
+            path = []
+            x = h
+            while x is not None and x not in depth:
+                path.append(x)
+                x = parent[x]
+            d = -1 if x is None else depth[x]
+            for y in reversed(path):
+                d += 1
+                depth[y] = d
+        times = dict(held)
+        for h in sorted(held, key=depth.__getitem__, reverse=True):
+            p = parent[h]
+            if p is not None and times[p] < times[h]:
+                times[p] = times[h]
+        return times
+
     def size_tokens(self, replica: int) -> int:
         """Tokens held in ``replica``'s tree (SGLang ``tenant_char_count``, in tokens)."""
         return self._size_tokens[replica]
@@ -122,41 +146,63 @@ class ApproxPrefixIndex:
             Prompt tokens and tokens per block (the last block covers the remainder).
         now_s : float
             Access time in simulated seconds (the LRU clock).
+
+        Notes
+        -----
+        Cost: two binary searches and a few C-level dict updates over the nodes new to the
+        replica's tree; no per-node Python loop. Access times are kept lazily: the insert stamps
+        only its last node and the nodes it adds, and an evicted node hands its time to its parent
+        (see :meth:`evict_to`). A node's stamp can lag behind the last access through it while it
+        has children, but equals it whenever the node is a leaf, the only time eviction reads it,
+        so the trees evolve exactly as if every node of the path were restamped.
         """
+        n = len(hash_ids)
+        if not n:
+            return
         held = self._time[replica]
         children = self._children[replica]
-        rank = self._rank[replica]
-        parent_map, tokens_map = self._parent, self._tokens
-        hm, bit = self._holders, 1 << replica
-        n = len(hash_ids)
-        # The replica's tree is prefix-closed, so the nodes of the path it holds are the first m:
-        # restamp those in one C-level update, and walk only the new ones (the same end state as
-        # visiting every node in order).
-        m = self.match_blocks(replica, hash_ids)
-        if m:
-            held.update(dict.fromkeys(hash_ids[:m], now_s))
-        prev = hash_ids[m - 1] if m else None
-        for i in range(m, n):
-            h = hash_ids[i]
-            if h not in tokens_map:
-                tokens_map[h] = (block_tokens if i < n - 1
-                                 else max(1, int(input_length) - (n - 1) * block_tokens))
-                parent_map[h] = prev
-                self._first[h] = replica
-            self._size_tokens[replica] += tokens_map[h]
-            children[h] = 0
-            rank[h] = self._next_rank[replica]
-            self._next_rank[replica] += 1
-            if prev is not None:
-                children[prev] += 1
-            hm[h] = hm.get(h, 0) | bit
-            held[h] = now_s
-            prev = h
+        # The replica's tree is prefix-closed, so the path's nodes it holds are the first m
+        m = leading_held(hash_ids, held, n)
+        last = hash_ids[n - 1]
+        if m < n:
+            new = hash_ids[m:n]
+            tokens_map = self._tokens
+            # nodes ever inserted anywhere are prefix-closed too (they are never forgotten): the
+            # first g are known, the rest enter the global tree now
+            g = leading_held(hash_ids, tokens_map, n, m)
+            if g < n:
+                if g < n - 1:
+                    tokens_map.update(dict.fromkeys(hash_ids[g:n - 1], block_tokens))
+                tokens_map[last] = max(1, int(input_length) - (n - 1) * block_tokens)
+                parent_map = self._parent
+                if g:
+                    parent_map.update(zip(hash_ids[g:n], hash_ids[g - 1:n - 1]))
+                else:
+                    parent_map[hash_ids[0]] = None
+                    parent_map.update(zip(hash_ids[1:n], hash_ids[0:n - 1]))
+                self._first.update(dict.fromkeys(hash_ids[g:n], replica))
+                self._holders.update(dict.fromkeys(hash_ids[g:n], 1 << replica))
+            if m < g:   # known nodes other replicas may hold: add this replica's bit
+                set_bit_nested(self._holders, hash_ids, m, g, 1 << replica, True)
+            self._size_tokens[replica] += sum(map(tokens_map.__getitem__, new))
+            # every new node but the last has exactly one child (the next); the node before them
+            # gains one
+            if n - m > 1:
+                children.update(dict.fromkeys(hash_ids[m:n - 1], 1))
+            children[last] = 0
+            if m:
+                children[hash_ids[m - 1]] += 1
+            nr = self._next_rank[replica]
+            self._rank[replica].update(zip(new, range(nr, nr + n - m)))
+            self._next_rank[replica] = nr + n - m
+            held.update(dict.fromkeys(new, now_s))
+        else:
+            held[last] = now_s
         # Only the path's last node can be a leaf (every other one has the next as a child); its
         # older heap entries go stale (their time differs, or the node gained a child).
-        if prev is not None and children[prev] == 0:
+        if children[last] == 0:
             heap = self._leaves[replica]
-            heapq.heappush(heap, (now_s, rank[prev], prev))
+            heapq.heappush(heap, (now_s, self._rank[replica][last], last))
             if len(heap) > 2 * len(held) + 1024:
                 self._compact(replica)
 
@@ -199,6 +245,10 @@ class ApproxPrefixIndex:
             else:
                 del self._holders[h]
             if p is not None and p in children:
+                # the parent was accessed at least as late as its evicted child (lazy stamps,
+                # see insert)
+                if held[p] < t:
+                    held[p] = t
                 children[p] -= 1
                 if children[p] == 0:
                     heapq.heappush(heap, (held[p], rank[p], p))

@@ -162,6 +162,12 @@ class LaggedView(ClusterView):
         self._catch_up()
         return self.mirrors[replica].hbm_blocks
 
+    def cached_block_count_all(self) -> list[int]:
+        if self.mirrors is None:
+            return super().cached_block_count_all()
+        self._catch_up()
+        return [m.hbm_blocks for m in self.mirrors]
+
     def cached_blocks_all(self, hash_ids, tiers=("hbm", "dram", "disk")) -> dict:
         """:meth:`ClusterView.cached_blocks_all` against the stale mirrors (they keep a holder
         index of their own, so the answer is the one the mirrors give replica by replica)."""

@@ -35,6 +35,22 @@ def scan_cached_blocks(view, hash_ids, tiers=ALL_TIERS) -> dict[int, int]:
     return out
 
 
+class _Caches:
+    """The replicas' caches indexed by replica, each looked up when asked (a query that may need
+    a few of them does not build a list of all)."""
+
+    __slots__ = ("_replicas",)
+
+    def __init__(self, replicas) -> None:
+        self._replicas = replicas
+
+    def __getitem__(self, replica: int):
+        return self._replicas[replica].cache
+
+    def __len__(self) -> int:
+        return len(self._replicas)
+
+
 class ClusterView:
     """What a router may read from, and do to, the simulated cluster.
 
@@ -61,8 +77,8 @@ class ClusterView:
     """
 
     __slots__ = ("_sim", "num_replicas", "block_tokens", "chunk_tokens", "rng", "cost", "scheduler",
-                 "_replicas", "_capacity_blocks", "_last_ids", "_last_pieces", "_pieces_cache",
-                 "_caches")
+                 "_replicas", "_caches", "_capacity_blocks", "_last_ids", "_last_pieces",
+                 "_pieces_cache")
 
     def __init__(self, sim) -> None:
         self._sim = sim
@@ -73,11 +89,11 @@ class ClusterView:
         self.cost = sim.cost
         self.scheduler = sim.cluster.scheduler
         self._replicas = sim.replicas
+        self._caches = _Caches(sim.replicas)
         self._capacity_blocks = sim.capacity_blocks
         self._last_ids = None         # identity fast path: the last sequence looked up ...
         self._last_pieces = None      # ... and its pieces
         self._pieces_cache: dict = {}
-        self._caches = None           # the replicas' caches by replica (each keeps its object)
 
     # -- reading ----------------------------------------------------------------------------------
     @property
@@ -127,6 +143,10 @@ class ClusterView:
         not: the size of its tree in a KV-event indexer (Dynamo's ``tree_sizes``)."""
         return self._replicas[replica].cache.hbm_blocks
 
+    def cached_block_count_all(self) -> list[int]:
+        """:meth:`cached_block_count` of every replica, a list indexed by replica (one call)."""
+        return [rep.cache.hbm_blocks for rep in self._replicas]
+
     def egress_backlog_s(self, replica: int) -> float:
         """Seconds, >= 0, until ``replica``'s egress NIC has finished every transfer already
         queued or running on it (0 when idle)."""
@@ -174,7 +194,7 @@ class ClusterView:
         sim = self._sim
         if pieces is None or ("disk" in tiers and sim.has_disk):
             return self._scan_all(hash_ids, tiers)
-        caches = self._all_caches() if "dram" in tiers else None
+        caches = self._caches if "dram" in tiers else None
         return sim.holder_index.matched(caches, pieces[0], pieces[1], len(hash_ids),
                                         "hbm" in tiers, "dram" in tiers)
 
@@ -184,16 +204,8 @@ class ClusterView:
         pieces = self.pieces(hash_ids)
         if pieces is None:
             return (self._scan_all(hash_ids, ("hbm",)), self._scan_all(hash_ids, ("hbm", "dram")))
-        return self._sim.holder_index.matched(self._all_caches(), pieces[0],
+        return self._sim.holder_index.matched(self._caches, pieces[0],
                                               pieces[1], len(hash_ids), True, True, True)
-
-    def _all_caches(self) -> list:
-        """Every replica's cache, by replica (a replica keeps one cache object for the whole run,
-        a failure clears it in place), listed once."""
-        caches = self._caches
-        if caches is None or len(caches) != len(self._replicas):
-            caches = self._caches = [rep.cache for rep in self._replicas]
-        return caches
 
     def _scan_all(self, hash_ids, tiers) -> dict[int, int]:
         """:meth:`cached_blocks_all` by asking every replica (the reference answer)."""

@@ -1,0 +1,238 @@
+"""Routers' incremental structures (issue 14) against the straightforward computation they replace.
+
+- :class:`~btb_core.routers.prefix_tree.ApproxPrefixIndex` inserts with C-level bulk updates and
+  lazy access times; :class:`EagerPrefixIndex` below is the node-by-node tree it replaced (every
+  insert restamps its whole path). Random inserts and trims on several replicas must leave the same
+  trees, times, ranks, sizes, holder masks and first holders, and evict the same nodes.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from btb_core.routers.prefix_tree import ApproxPrefixIndex
+
+BT = 16
+
+
+class EagerPrefixIndex:
+    """The reference: per-replica trees kept node by node, every insert restamps its whole path,
+    LRU-leaf eviction by (access time, insertion rank) recomputed from all leaves."""
+
+    def __init__(self, num_replicas: int) -> None:
+        self.time = [dict() for _ in range(num_replicas)]
+        self.children = [dict() for _ in range(num_replicas)]
+        self.rank = [dict() for _ in range(num_replicas)]
+        self.next_rank = [0] * num_replicas
+        self.size = [0] * num_replicas
+        self.parent, self.tokens, self.first = {}, {}, {}
+
+    def insert(self, replica, ids, input_length, block_tokens, now_s):
+        held, children, rank = self.time[replica], self.children[replica], self.rank[replica]
+        prev = None
+        for i, h in enumerate(ids):
+            if h not in self.tokens:
+                self.tokens[h] = (block_tokens if i < len(ids) - 1
+                                  else max(1, input_length - (len(ids) - 1) * block_tokens))
+                self.parent[h] = prev
+                self.first[h] = replica
+            if h not in held:
+                self.size[replica] += self.tokens[h]
+                children[h] = 0
+                rank[h] = self.next_rank[replica]
+                self.next_rank[replica] += 1
+                if prev is not None:
+                    children[prev] += 1
+            held[h] = now_s
+            prev = h
+
+    def evict_to(self, replica, max_tokens):
+        held, children, rank = self.time[replica], self.children[replica], self.rank[replica]
+        removed = []
+        while self.size[replica] > max_tokens and held:
+            _, _, h = min((t, rank[h], h) for h, t in held.items() if children[h] == 0)
+            del held[h], children[h], rank[h]
+            self.size[replica] -= self.tokens[h]
+            removed.append(h)
+            p = self.parent[h]
+            if p is not None:
+                children[p] -= 1
+        return removed
+
+    def holders(self, node):
+        return sum(1 << r for r in range(len(self.time)) if node in self.time[r])
+
+
+def chain(tokens):
+    """Chained ids: the id of block i names the first i + 1 tokens."""
+    return tuple(tuple(tokens[: i + 1]) for i in range(len(tokens)))
+
+
+def interned(paths):
+    """The same paths with ids numbered in order of first appearance, as the trace loader does:
+    runs of consecutive ints, the layout the simulator's traces have."""
+    table: dict = {}
+    return [tuple(table.setdefault(h, len(table)) for h in p) for p in paths]
+
+
+OPS = st.lists(st.tuples(st.integers(0, 2),                                   # replica
+                         st.lists(st.integers(0, 2), min_size=1, max_size=7),  # prompt tokens
+                         st.integers(0, 5),                                    # extra tokens
+                         st.integers(0, 3),                                    # time step
+                         st.one_of(st.none(), st.integers(0, 14))),            # trim budget
+               min_size=1, max_size=30)
+
+
+def assert_same(tree: ApproxPrefixIndex, ref: EagerPrefixIndex):
+    for r in range(tree.num_replicas):
+        assert tree.access_times(r) == ref.time[r]
+        assert tree._children[r] == ref.children[r]
+        assert tree._rank[r] == ref.rank[r]
+        assert tree.size_tokens(r) == ref.size[r]
+        assert tree.num_blocks(r) == len(ref.time[r])
+        # the leaves carry exact times (eviction reads only those)
+        for h, c in ref.children[r].items():
+            if c == 0:
+                assert tree._time[r][h] == ref.time[r][h]
+    nodes = set(ref.tokens)
+    assert {h: m for h, m in tree._holders.items()} == {h: ref.holders(h) for h in nodes
+                                                        if ref.holders(h)}
+    assert all(tree.first_holder(h) == ref.first[h] for h in nodes)
+    assert tree._tokens == ref.tokens and tree._parent == ref.parent
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=OPS, use_ints=st.booleans())
+def test_prefix_tree_equals_the_eager_node_by_node_tree(ops, use_ints):
+    paths = [chain(p) for _, p, _, _, _ in ops]
+    if use_ints:
+        paths = interned(paths)
+    tree, ref = ApproxPrefixIndex(3), EagerPrefixIndex(3)
+    now = 0.0
+    for (r, p, extra, dt, budget), ids in zip(ops, paths):
+        now += dt                      # equal times happen: ties go to the insertion rank
+        isl = (len(ids) - 1) * BT + 1 + extra
+        tree.insert(r, ids, isl, BT, now)
+        ref.insert(r, ids, isl, BT, now)
+        if budget is not None:
+            victim = (r + int(now)) % 3
+            before = set(tree._time[victim])
+            removed = ref.evict_to(victim, budget * BT)
+            assert tree.evict_to(victim, budget * BT) == len(removed)
+            assert before - set(tree._time[victim]) == set(removed)
+        assert_same(tree, ref)
+        for q in paths:
+            for s in range(3):
+                want = 0
+                while want < len(q) and q[want] in ref.time[s]:
+                    want += 1
+                assert tree.match_blocks(s, q) == want
+
+
+def test_prefix_tree_lazy_stamp_reaches_the_parent_at_eviction():
+    """A path inserted again later (t=5) through an old node: the old node keeps its stale stamp
+    while it has children, and takes t=5 when its child is evicted, so it outlives an older
+    sibling branch (t=1) though its own stamp said t=0."""
+    tree = ApproxPrefixIndex(1)
+    tree.insert(0, (1, 2), 2 * BT, BT, 0.0)          # 1 -> 2 at t=0
+    tree.insert(0, (1, 3), 2 * BT, BT, 1.0)          # 1 -> 3 at t=1
+    tree.insert(0, (1, 2, 4), 3 * BT, BT, 5.0)       # through 2 again, at t=5
+    assert tree._time[0][2] == 0.0                    # not restamped (lazy) ...
+    assert tree.access_times(0)[2] == 5.0            # ... but its access time is 5
+    assert tree.evict_to(0, 3 * BT) == 1             # leaf 3 (t=1) goes, not 4 (t=5)
+    assert set(tree._time[0]) == {1, 2, 4}
+    assert tree.evict_to(0, 2 * BT) == 1             # then 4, handing t=5 to node 2
+    assert tree._time[0][2] == 5.0
+
+
+# -- BookHolders: bulk counting against a plain refcount per id ------------------------------------
+BOOK_OPS = st.lists(st.tuples(st.booleans(), st.integers(0, 5),
+                              st.lists(st.integers(0, 2), min_size=1, max_size=7)), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=BOOK_OPS, use_ints=st.booleans())
+def test_book_counts_equal_a_refcount_per_id(ops, use_ints):
+    """add/remove keep, per replica, exactly the reference counts of the ids of the paths booked
+    there (ids at count 0 absent), the holder masks of those books, and return what entered or
+    left."""
+    from btb_core.routers.holder_sets import BookHolders
+
+    paths = [chain(p) for _, _, p in ops]
+    if use_ints:
+        paths = interned(paths)
+    book = BookHolders(6)
+    booked: list = []
+    ref = [dict() for _ in range(6)]
+    for (add, r, _), ids in zip(ops, paths):
+        if add or not booked:
+            new = sum(1 for h in ids if h not in ref[r])
+            for h in ids:
+                ref[r][h] = ref[r].get(h, 0) + 1
+            assert book.add(r, ids) == new
+            booked.append((r, ids))
+        else:
+            r0, ids0 = booked.pop(len(ids) % len(booked))
+            gone = 0
+            for h in ids0:
+                ref[r0][h] -= 1
+                if not ref[r0][h]:
+                    del ref[r0][h]
+                    gone += 1
+            assert book.remove(r0, ids0) == gone
+        assert book.books == ref
+        want = {}
+        for s, held in enumerate(ref):
+            for h in held:
+                want[h] = want.get(h, 0) | 1 << s
+        assert book.holders == want
+
+
+# -- llm_d's approximate index: holder masks and the running-AND match ----------------------------
+class _View:
+    num_replicas = 3
+    now_s = 0.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=st.lists(st.tuples(st.integers(0, 2), st.lists(st.integers(0, 9), min_size=1,
+                                                           max_size=8)), max_size=40),
+       capacity=st.integers(1, 10))
+def test_llm_d_holder_masks_and_matches_follow_the_lru(ops, capacity):
+    """Any block sequences (repeats and unchained ones included): the holder masks name exactly
+    the replicas whose LRU holds each block, and the one-pass match equals each replica's walk."""
+    from collections import OrderedDict
+
+    from btb_core.routers.llm_d import LlmDRouter
+
+    router = LlmDRouter(lru_capacity_blocks=capacity)
+    router.reset(_View())
+    ref = [OrderedDict() for _ in range(3)]
+    for r, blocks in ops:
+        router._remember(r, tuple(blocks))
+        lru = ref[r]
+        for h in blocks:
+            if h in lru:
+                lru.move_to_end(h)
+            else:
+                lru[h] = None
+        while len(lru) > capacity:
+            lru.popitem(last=False)
+        assert [list(x) for x in router._lru] == [list(x) for x in ref]
+        want = {}
+        for s, lru in enumerate(ref):
+            for h in lru:
+                want[h] = want.get(h, 0) | 1 << s
+        assert router._lru_holders == want
+        for query in (blocks, ops[0][1]):
+            expect = {}
+            for s, lru in enumerate(ref):
+                k = 0
+                while k < len(query) and query[k] in lru:
+                    k += 1
+                if k:
+                    expect[s] = k
+            assert router._approx_matches(tuple(query)) == expect
