@@ -21,31 +21,17 @@ from btb_core.sim import ClusterConfig, simulate
 from btb_core.sim.blocks import BlockIndex
 from btb_core.sim.engine import Simulator
 from btb_core.sim.replica import Job
-from btb_core.trace import BlockRuns, Trace, make_trace
+from btb_core.trace import BlockRuns, Trace
 from btb_core.trace.runs import tuple_of_pieces
+from strategies import family_traces
 
 BT = 256
 
 
-@st.composite
-def chained_traces(draw):
+def chained_traces():
     """Small traces whose rows share prefixes in families (chained, interned by make_trace)."""
-    n = draw(st.integers(1, 30))
-    families = draw(st.integers(1, 4))
-    rows = []
-    t = 0.0
-    for k in range(n):
-        t += draw(st.floats(0.0, 2.0))
-        fam = draw(st.integers(0, families - 1))
-        shared = draw(st.integers(0, 8))
-        extra = draw(st.integers(0, 3 * BT))
-        tokens = shared * BT + extra
-        n_blocks = -(-tokens // BT)
-        ids = [f"f{fam}-{i}" for i in range(min(shared, n_blocks))]
-        ids += [f"u{k}-{i}" for i in range(n_blocks - len(ids))]
-        rows.append((t, tokens, draw(st.integers(1, 5)), ids))
-    a, i, o, h = zip(*rows)
-    return make_trace(list(a), list(i), list(o), list(h), block_tokens=BT)
+    return family_traces(BT, max_gap_s=2.0, max_shared_blocks=8, extra_tokens=(0, 3 * BT),
+                         max_output=5)
 
 
 def compact_of(trace: Trace) -> Trace:

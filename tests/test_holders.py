@@ -24,7 +24,7 @@ from btb_core.routers.prefix_tree import ApproxPrefixIndex
 from btb_core.sim import ClusterConfig, simulate
 from btb_core.sim.cluster import ClusterEvent
 from btb_core.sim.view import ClusterView
-from btb_core.trace import make_trace
+from strategies import family_traces
 
 BT = 64
 COST = cost_model_for_setup("70b_h100x4")
@@ -68,26 +68,8 @@ class CheckingRouter(Router):
         return up[int(rng.integers(len(up)))]
 
 
-@st.composite
-def traces(draw):
-    n = draw(st.integers(1, 30))
-    families = draw(st.integers(1, 4))
-    rows = []
-    t = 0.0
-    for _ in range(n):
-        t += draw(st.floats(0.0, 0.5))
-        fam = draw(st.integers(0, families - 1))
-        shared = draw(st.integers(0, 12))
-        branch = draw(st.integers(0, 2))       # a second level of sharing inside a family
-        extra = draw(st.integers(1, 400))
-        tokens = shared * BT + extra
-        n_blocks = -(-tokens // BT)
-        ids = [f"f{fam}-{i}" for i in range(min(shared, n_blocks))]
-        ids += [f"f{fam}-b{branch}-{i}" for i in range(min(3, n_blocks - len(ids)))]
-        ids += [f"u{len(rows)}-{i}" for i in range(n_blocks - len(ids))]
-        rows.append((t, tokens, draw(st.integers(1, 30)), ids))
-    a, i, o, h = zip(*rows)
-    return make_trace(list(a), list(i), list(o), list(h), block_tokens=BT)
+def traces():
+    return family_traces(BT, branches=2)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

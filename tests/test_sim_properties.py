@@ -10,7 +10,7 @@ from btb_core.cost import cost_model_for_setup
 from btb_core.routers import Router
 from btb_core.sim import ClusterConfig, simulate
 from btb_core.sim.engine import Simulator
-from btb_core.trace import make_trace
+from strategies import family_traces
 
 BT = 64
 COST = cost_model_for_setup("70b_h100x4")
@@ -62,25 +62,8 @@ def run_checked(trace, router, cluster, seed):
     return res
 
 
-@st.composite
-def traces(draw):
-    n = draw(st.integers(1, 25))
-    families = draw(st.integers(1, 4))
-    rows = []
-    t = 0.0
-    for _ in range(n):
-        t += draw(st.floats(0.0, 0.5))
-        fam = draw(st.integers(0, families - 1))
-        shared = draw(st.integers(0, 12))
-        extra = draw(st.integers(1, 400))
-        out = draw(st.integers(1, 40))
-        tokens = shared * BT + extra
-        n_blocks = -(-tokens // BT)
-        ids = [f"f{fam}-{i}" for i in range(min(shared, n_blocks))]
-        ids += [f"u{len(rows)}-{i}" for i in range(n_blocks - len(ids))]
-        rows.append((t, tokens, out, ids))
-    a, i, o, h = zip(*rows)
-    return make_trace(list(a), list(i), list(o), list(h), block_tokens=BT)
+def traces():
+    return family_traces(BT, max_requests=25, max_output=40)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
