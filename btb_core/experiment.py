@@ -74,18 +74,33 @@ def window_kind(window) -> str:
 
 
 @lru_cache(maxsize=4)
-def _split_windows(dataset: str, split: str | None):
-    """The split's :class:`~btb_core.trace.stream.SplitWindows` (cached per process)."""
+def _split_windows(dataset: str, split: str | None, files_signature: tuple):
+    """The split's :class:`~btb_core.trace.stream.SplitWindows` (cached per process and per
+    state of the dataset's files: ``files_signature``)."""
     from .trace.stream import SplitWindows
 
     return SplitWindows(dataset, split)
 
 
+def _files_signature(dataset: str) -> tuple:
+    """``(name, size, mtime_ns)`` of every file in the dataset directory (recursively): a dataset
+    rebuilt in place (``btb synth --overwrite``) while a process (a notebook kernel) is running gets
+    a new signature, so its windows are read again instead of served from the cache."""
+    out = []
+    for f in sorted(Path(dataset).rglob("*")):
+        if f.is_file():
+            st = f.stat()
+            out.append((str(f.relative_to(dataset)), st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
 def split_windows(dataset, split: str | None = "test"):
     """The windows of a Bursted dataset split, read one at a time
     (:class:`btb_core.trace.stream.SplitWindows`: ids, kinds, rows per window at rest; a window's
-    trace on demand). Scanned once per process (cached)."""
-    return _split_windows(_dataset_key(dataset), split)
+    trace on demand). Scanned once per process and per state of the dataset's files (cached; a
+    dataset rewritten in place is scanned again)."""
+    key = _dataset_key(dataset)
+    return _split_windows(key, split, _files_signature(key))
 
 
 def _dataset_key(dataset) -> str:

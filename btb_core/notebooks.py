@@ -3,8 +3,11 @@
 ``python -m btb_core.notebooks --params notebooks/params/full.yaml --out build/notebooks`` runs every
 ``NN_*.ipynb`` in name order, injecting the parameters listed under the notebook's stem in the YAML
 file (notebooks not listed run at their quick defaults), and writes the executed copies to ``--out``.
-With ``--params`` figures go to ``figures/`` (this is ``make reproduce``); without it (quick defaults)
-to ``build/figures-quick/``, unless ``$BTB_FIGURES_DIR`` says otherwise. A notebook run by hand in
+The file is checked before anything runs (:func:`load_params`): a notebook or parameter name it
+does not know, or a file that is not a mapping, is a one-line error (exit 2). With ``--params``
+the listed notebooks' figures go to ``figures/`` (this is ``make reproduce``); the others' (quick
+defaults) to ``build/figures-quick/``, as every figure of a run without ``--params``, unless
+``$BTB_FIGURES_DIR`` says otherwise. A notebook run by hand in
 JupyterLab writes to ``build/figures/``, so the shipped figures are only ever written by
 ``make reproduce``.
 
@@ -67,6 +70,54 @@ def size_parameters(size: str, stem: str) -> dict:
 
 #: The Jupyter kernel `make install` registers ("Python (btb)"); every notebook asks for it.
 KERNEL_NAME = "btb"
+
+
+def load_params(params_file: Path, notebooks: list[Path]) -> dict:
+    """Read and check a parameters file: a YAML mapping of notebook stem -> mapping of the
+    notebook's parameters (the names in its ``parameters`` cell).
+
+    Raises
+    ------
+    ConfigError
+        The file is missing or not YAML, is not a mapping, names a notebook that does not exist,
+        gives a notebook something other than a mapping, or a parameter the notebook does not
+        have (one line naming the file, notebook and parameter).
+    """
+    import papermill as pm
+
+    from .errors import ConfigError
+
+    try:
+        text = Path(params_file).read_text()
+    except OSError as exc:
+        raise ConfigError(f"{params_file}: cannot read the parameters file "
+                          f"({exc.strerror or exc})") from None
+    try:
+        params = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" (line {where.line + 1})" if where is not None else ""
+        raise ConfigError(f"{params_file}: not valid YAML{at}") from None
+    if not isinstance(params, dict):
+        raise ConfigError(f"{params_file}: expected a mapping of notebook name -> parameters, "
+                          f"got {type(params).__name__}")
+    by_stem = {nb.stem: nb for nb in notebooks}
+    for stem, values in params.items():
+        if stem not in by_stem:
+            raise ConfigError(f"{params_file}: unknown notebook {stem!r}; notebooks: "
+                              f"{', '.join(by_stem)}")
+        if values is None:
+            params[stem] = {}
+            continue
+        if not isinstance(values, dict):
+            raise ConfigError(f"{params_file}: {stem}: expected a mapping of parameter -> value, "
+                              f"got {type(values).__name__}")
+        known = pm.inspect_notebook(str(by_stem[stem]))
+        for name in values:
+            if name not in known:
+                raise ConfigError(f"{params_file}: {stem}: unknown parameter {name!r}; its "
+                                  f"parameters: {', '.join(known)}")
+    return params
 
 
 def _ipc_kernel_manager(socket_dir: str):
@@ -133,20 +184,37 @@ def run_all(params_file: Path | None, out_dir: Path, only: list[str] | None = No
     import shutil
     import tempfile
 
-    params = yaml.safe_load(params_file.read_text()) if params_file else {}
-    params = params or {}
-    os.environ.setdefault("BTB_CHART_RENDERER", "png")  # static chart images in executed notebooks
-    os.environ.setdefault("BTB_PROGRESS", "text")     # kernels' progress bars as text, passed through
-    if "BTB_FIGURES_DIR" not in os.environ:
-        # quick-parameter runs must never overwrite the full-size figures shipped in figures/
-        quick = params_file is None
-        os.environ["BTB_FIGURES_DIR"] = str(REPO_ROOT / ("build/figures-quick" if quick else "figures"))
-        print(f"[btb] {'quick' if quick else 'full-size'} parameters: figures go to "
-              f"{os.path.relpath(os.environ['BTB_FIGURES_DIR'], REPO_ROOT)}/", flush=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    notebooks = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    from .errors import ConfigError
+
+    all_notebooks = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    notebooks = all_notebooks
     if only:
         notebooks = [nb for nb in notebooks if any(nb.stem.startswith(o) for o in only)]
+        if not notebooks:
+            raise ConfigError(f"--only {' '.join(only)}: no notebook matches; notebooks: "
+                              f"{', '.join(nb.stem for nb in all_notebooks)}")
+    params = load_params(params_file, all_notebooks) if params_file else {}
+    os.environ.setdefault("BTB_CHART_RENDERER", "png")  # static chart images in executed notebooks
+    os.environ.setdefault("BTB_PROGRESS", "text")     # kernels' progress bars as text, passed through
+    saved_env = {k: os.environ.get(k) for k in ("BTB_FIGURES_DIR", "_BTB_FIGURES_AUTO")}
+    figures_for = None
+    if "BTB_FIGURES_DIR" not in os.environ or os.environ.get("_BTB_FIGURES_AUTO") == "1":
+        # quick-parameter runs must never overwrite the full-size figures shipped in figures/:
+        # a notebook the params file does not list runs at its quick defaults, so its figures go
+        # to build/figures-quick/ too
+        def figures_for(stem: str) -> str:
+            full = params_file is not None and stem in params
+            return str(REPO_ROOT / ("figures" if full else "build/figures-quick"))
+
+        os.environ["_BTB_FIGURES_AUTO"] = "1"   # the notebooks' own processes decide the same way
+        if not quiet:
+            for nb in notebooks:
+                if params_file is not None and nb.stem not in params:
+                    print(f"[btb] {nb.stem} is not in {params_file}: quick defaults, figures go to "
+                          "build/figures-quick/", flush=True)
+            print(f"[btb] {'quick' if params_file is None else 'full-size'} parameters: figures go "
+                  f"to {'build/figures-quick' if params_file is None else 'figures'}/", flush=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     from .replay_cache import ENV as CACHE_ENV
 
     own_cache = None
@@ -160,22 +228,30 @@ def run_all(params_file: Path | None, out_dir: Path, only: list[str] | None = No
         if jobs > 1 and len(notebooks) > 1:
             status = _run_parallel(notebooks, params_file, out_dir, jobs)
         else:
-            status = _run_serial(notebooks, params, out_dir, quiet)
+            status = _run_serial(notebooks, params, out_dir, quiet, figures_for)
     finally:
         if own_cache is not None:
             shutil.rmtree(own_cache, ignore_errors=True)
             os.environ.pop(CACHE_ENV, None)
+        for k, v in saved_env.items():          # leave the caller's environment as it was
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     if status == 0 and not quiet:
         print(f"[btb] all {len(notebooks)} notebooks done in {time.perf_counter() - total_start:.1f} s")
     return status
 
 
-def _run_serial(notebooks: list[Path], params: dict, out_dir: Path, quiet: bool) -> int:
+def _run_serial(notebooks: list[Path], params: dict, out_dir: Path, quiet: bool,
+                figures_for=None) -> int:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="btb-kernels-") as socket_dir:
         for i, nb in enumerate(notebooks, 1):
             start = time.perf_counter()
+            if figures_for is not None:
+                os.environ["BTB_FIGURES_DIR"] = figures_for(nb.stem)   # the kernel inherits it
             if not quiet:
                 print(f"[btb] ({i}/{len(notebooks)}) running {nb.name} ...", flush=True)
             failed = _execute(nb, out_dir, params.get(nb.stem, {}), socket_dir)
@@ -311,7 +387,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: must be >= 1")
-    return run_all(args.params, args.out, args.only, args.jobs, args.quiet)
+    from .errors import ConfigError
+
+    try:
+        return run_all(args.params, args.out, args.only, args.jobs, args.quiet)
+    except ConfigError as exc:
+        print(f"btb notebooks: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("btb notebooks: interrupted (the notebooks still running were stopped)",
+              file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

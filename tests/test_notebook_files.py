@@ -70,3 +70,34 @@ def test_size_parameters():
 
     with pytest.raises(ConfigError, match="quick"):
         size_parameters("large", "04_btb_replay")
+
+
+@pytest.mark.parametrize("text, match", [
+    ("00_prefill_vs_transfer:\n  compare_setup: [x]\n", "00_prefill_vs_transfer: unknown parameter 'compare_setup'"),
+    ("00_prefil_vs_transfer: {}\n", "unknown notebook '00_prefil_vs_transfer'"),
+    ("a: [1\n", "not valid YAML (line 2)"),
+    ("00_prefill_vs_transfer: [1, 2]\n", "expected a mapping of parameter -> value, got list"),
+    ("- 1\n", "expected a mapping of notebook name -> parameters, got list"),
+])
+def test_params_file_mistakes_are_one_line_errors(tmp_path, capsys, text, match):
+    # a typo in a parameters file must not run a notebook at its defaults without a word
+    from btb_core.notebooks import main
+
+    f = tmp_path / "p.yaml"
+    f.write_text(text)
+    assert main(["--params", str(f), "--out", str(tmp_path / "out"), "--only", "00"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and match in err[0] and str(f) in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_full_params_file_passes_the_check_and_only_must_match(tmp_path, capsys):
+    from btb_core.notebooks import load_params, main
+    from btb_core.paths import REPO_ROOT
+
+    nbs = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert sorted(load_params(FULL_PARAMS, nbs)) == [nb.stem for nb in nbs]
+    assert main(["--only", "99", "--out", str(tmp_path)]) == 2
+    assert "--only 99: no notebook matches" in capsys.readouterr().err
+    assert main(["--params", str(tmp_path / "none.yaml"), "--out", str(tmp_path)]) == 2
+    assert "cannot read the parameters file" in capsys.readouterr().err

@@ -149,3 +149,20 @@ def test_replay_cli_workers_flag(quick_dataset, tmp_path, capsys):
     assert main(["replay", "--dataset", str(quick_dataset), "--policy", "cache_aware", "--workers", "1",
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == two
+
+
+def test_dataset_rebuilt_in_place_is_read_again(tmp_path):
+    # a notebook kernel keeps its process; `btb synth --overwrite` into the same folder must not
+    # leave it replaying the old windows (the per-process cache is keyed on the files' state)
+    from btb_core.experiment import split_windows
+
+    d = tmp_path / "ds"
+    synth.write(synth.build(None, "quick", seed=10), d)
+    old = split_windows(d, "train")
+    old_first = old.window(0).table[["arrival_s", "input_length"]].to_numpy().copy()
+    assert split_windows(d, "train") is old            # unchanged files: the cached scan
+    synth.write(synth.build(None, "quick", seed=11), d, overwrite=True)
+    new = split_windows(d, "train")
+    assert new is not old
+    assert not np.array_equal(new.window(0).table[["arrival_s", "input_length"]].to_numpy(),
+                              old_first)

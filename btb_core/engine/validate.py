@@ -45,7 +45,8 @@ from ..sim import ClusterConfig, simulate
 from ..trace import load_trace, make_trace
 from . import calibrate as cal
 from .replay import replay
-from .server import (ENGINE_BLOCK_TOKENS, ENGINE_CHUNK_TOKENS, ENGINE_MAX_RUNNING, EngineCluster)
+from .server import (ENGINE_BLOCK_TOKENS, ENGINE_CHUNK_TOKENS, ENGINE_MAX_RUNNING, EngineCluster,
+                     require_engine)
 
 #: The validation trace shipped in ``data/`` (provenance in ``data/README.md``).
 DEFAULT_TRACE = DATA_DIR / "traces" / "engine_validation" / "engine_validation.jsonl"
@@ -384,6 +385,7 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
     fitted = None
     salt = 1_000 * (seed + 1)
     n_servers = max(replicas)
+    require_engine()   # says how to install it, before anything claims to start
     say(f"starting {n_servers} vLLM CPU server(s) (one core each) ...")
     with EngineCluster(n_servers) as cluster:
         say(f"servers ready on ports {cluster.ports} after {time.perf_counter() - t_start:.0f} s")
