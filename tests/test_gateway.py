@@ -176,8 +176,12 @@ def test_ctrl_c_during_a_replay_leaves_no_child_process(tmp_path):
     time.sleep(1.0)                      # inside the replay, requests in flight
     assert _alive(pid)
     proc.send_signal(signal.SIGINT)
+    sent_s = time.monotonic()
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    # (once seen under load in CI: exit 0 with nothing on stderr; the message keeps what the
+    # replay printed and how long it ran on after the signal, to tell the next occurrence apart)
+    assert proc.returncode == 130, (proc.returncode, err[-400:], out[-400:],
+                                    round(time.monotonic() - sent_s, 2))
     assert "interrupted" in err
     deadline = time.monotonic() + 10
     while _alive(pid) and time.monotonic() < deadline:
