@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 
 import pytest
 import yaml
@@ -101,3 +102,26 @@ def test_full_params_file_passes_the_check_and_only_must_match(tmp_path, capsys)
     assert "--only 99: no notebook matches" in capsys.readouterr().err
     assert main(["--params", str(tmp_path / "none.yaml"), "--out", str(tmp_path)]) == 2
     assert "cannot read the parameters file" in capsys.readouterr().err
+
+
+def test_notebooks_not_in_the_params_file_write_quick_figures(tmp_path, monkeypatch):
+    # a partial parameters file: the listed notebook's figures go to figures/, the others run at
+    # quick defaults and must not overwrite the shipped full-size figures
+    import btb_core.notebooks as runner
+    from btb_core.paths import REPO_ROOT
+
+    monkeypatch.delenv("BTB_FIGURES_DIR", raising=False)
+    monkeypatch.delenv("_BTB_FIGURES_AUTO", raising=False)
+    seen = {}
+
+    def fake_serial(notebooks, params, out_dir, quiet, figures_for=None):
+        seen.update({nb.stem: figures_for(nb.stem) for nb in notebooks})
+        return 0
+
+    monkeypatch.setattr(runner, "_run_serial", fake_serial)
+    f = tmp_path / "p.yaml"
+    f.write_text("00_prefill_vs_transfer: {curve_points: 10}\n")
+    assert runner.run_all(f, tmp_path / "out", only=["00", "01"]) == 0
+    assert seen == {"00_prefill_vs_transfer": str(REPO_ROOT / "figures"),
+                    "01_trace_audit": str(REPO_ROOT / "build" / "figures-quick")}
+    assert "BTB_FIGURES_DIR" not in os.environ and "_BTB_FIGURES_AUTO" not in os.environ
