@@ -8,8 +8,9 @@ work per trim grew with the tree and the replay time with the square of the trac
 100k rows 9.6 s, 300k rows 182 s, 1M rows not done in 10 minutes); now leaves wait in a heap kept
 current by insertion and a trim costs what it removes.
 
-``--reference`` also runs the old full-rebuild eviction (kept here, not in the package) on the
-smaller sizes for comparison.
+``--reference`` also runs the old full-rebuild eviction (kept here, not in the package, on top of
+the per-block index :class:`~btb_core.routers.prefix_tree_blocks.BlockPrefixIndex` that issue 14's
+run tree replaced) on the smaller sizes for comparison.
 
 Run: ``.venv/bin/python benchmarks/bench_router_scaling.py [--rows 100000 300000 1000000]
 [--reference]``. Prints a table and writes ``benchmarks/results_router_scaling.json``. One process,
@@ -30,7 +31,7 @@ import pandas as pd
 
 from btb_core.paths import DATA_DIR
 from btb_core.routers import make_router
-from btb_core.routers.prefix_tree import ApproxPrefixIndex
+from btb_core.routers.prefix_tree_blocks import BlockPrefixIndex
 from btb_core.sim import ClusterConfig, simulate
 from btb_core.trace import Trace, load_mooncake
 
@@ -65,7 +66,7 @@ def tiled_trace(rows: int) -> Trace:
     return Trace(table, base.block_tokens, f"mooncake_x{copies}", True, flat, offsets, None)
 
 
-class RebuildIndex(ApproxPrefixIndex):
+class RebuildIndex(BlockPrefixIndex):
     """The eviction before issue 17: every trim heapifies all leaves of the replica's tree."""
 
     def evict_to(self, replica: int, max_tokens: int) -> int:

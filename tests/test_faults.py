@@ -259,7 +259,7 @@ def test_prefix_tree_eviction_matches_a_full_rebuild():
         if step % 7 == 0:
             budget = int(rng.integers(0, 12)) * 16
             held = tree.access_times(0)   # the last access through every node
-            children = dict(tree._children[0])
+            children = {h: c for h, (_, _, c) in tree.block_table(0).items()}
             size = tree.size_tokens(0)
             expect = []  # reference: repeatedly remove the least recently used leaf
             while size > budget:
@@ -271,9 +271,9 @@ def test_prefix_tree_eviction_matches_a_full_rebuild():
                 if p is not None:
                     children[p] -= 1
                 del children[leaf]
-            before = set(tree._time[0])
+            before = set(tree.access_times(0))
             assert tree.evict_to(0, budget) == len(expect)
-            assert before - set(tree._time[0]) == set(expect)
+            assert before - set(tree.access_times(0)) == set(expect)
 
 
 def test_audit_epoch_ms_outlier_does_not_allocate_per_bin(tmp_path, capsys, monkeypatch):

@@ -1,9 +1,11 @@
 """Routers' incremental structures (issue 14) against the straightforward computation they replace.
 
-- :class:`~btb_core.routers.prefix_tree.ApproxPrefixIndex` inserts with C-level bulk updates and
-  lazy access times; :class:`EagerPrefixIndex` below is the node-by-node tree it replaced (every
-  insert restamps its whole path). Random inserts and trims on several replicas must leave the same
-  trees, times, ranks, sizes, holder masks and first holders, and evict the same nodes.
+- :class:`~btb_core.routers.prefix_tree.ApproxPrefixIndex` keeps runs of blocks as radix-tree
+  nodes; :class:`EagerPrefixIndex` below is the node-by-node tree (every insert restamps its whole
+  path), and :class:`~btb_core.routers.prefix_tree_blocks.BlockPrefixIndex` the per-block index with
+  lazy stamps the run tree replaced. Random inserts and trims on several replicas must leave the
+  same trees read block by block (times, ranks, children, sizes, holder masks, first holders,
+  tokens, parents), evict the same blocks, and answer every query as the per-block index does.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from btb_core.routers.prefix_tree import ApproxPrefixIndex
+from btb_core.routers.prefix_tree_blocks import BlockPrefixIndex
 
 BT = 16
 
@@ -87,21 +90,24 @@ OPS = st.lists(st.tuples(st.integers(0, 2),                                   # 
 
 
 def assert_same(tree: ApproxPrefixIndex, ref: EagerPrefixIndex):
+    """The run tree, read block by block, is the reference's per-block state."""
     for r in range(tree.num_replicas):
+        table = tree.block_table(r)
         assert tree.access_times(r) == ref.time[r]
-        assert tree._children[r] == ref.children[r]
-        assert tree._rank[r] == ref.rank[r]
+        assert {h: t for h, (t, _, _) in table.items()} == ref.time[r]
+        assert {h: k for h, (_, k, _) in table.items()} == ref.rank[r]
+        assert {h: c for h, (_, _, c) in table.items()} == ref.children[r]
         assert tree.size_tokens(r) == ref.size[r]
         assert tree.num_blocks(r) == len(ref.time[r])
-        # the leaves carry exact times (eviction reads only those)
-        for h, c in ref.children[r].items():
-            if c == 0:
-                assert tree._time[r][h] == ref.time[r][h]
     nodes = set(ref.tokens)
-    assert {h: m for h, m in tree._holders.items()} == {h: ref.holders(h) for h in nodes
-                                                        if ref.holders(h)}
+    table = tree.global_table()
+    assert set(table) == nodes
+    assert {h: m for h, (_, _, _, m) in table.items() if m} == {h: ref.holders(h) for h in nodes
+                                                               if ref.holders(h)}
     assert all(tree.first_holder(h) == ref.first[h] for h in nodes)
-    assert tree._tokens == ref.tokens and tree._parent == ref.parent
+    assert all(table[h][2] == ref.first[h] for h in nodes)
+    assert {h: tok for h, (_, tok, _, _) in table.items()} == ref.tokens
+    assert {h: par for h, (par, _, _, _) in table.items()} == ref.parent
 
 
 @settings(max_examples=300, deadline=None)
@@ -110,26 +116,34 @@ def test_prefix_tree_equals_the_eager_node_by_node_tree(ops, use_ints):
     paths = [chain(p) for _, p, _, _, _ in ops]
     if use_ints:
         paths = interned(paths)
-    tree, ref = ApproxPrefixIndex(3), EagerPrefixIndex(3)
+    tree, ref, blocks = ApproxPrefixIndex(3), EagerPrefixIndex(3), BlockPrefixIndex(3)
     now = 0.0
     for (r, p, extra, dt, budget), ids in zip(ops, paths):
         now += dt                      # equal times happen: ties go to the insertion rank
         isl = (len(ids) - 1) * BT + 1 + extra
         tree.insert(r, ids, isl, BT, now)
         ref.insert(r, ids, isl, BT, now)
+        blocks.insert(r, ids, isl, BT, now)
         if budget is not None:
             victim = (r + int(now)) % 3
-            before = set(tree._time[victim])
+            before = set(tree.access_times(victim))
             removed = ref.evict_to(victim, budget * BT)
             assert tree.evict_to(victim, budget * BT) == len(removed)
-            assert before - set(tree._time[victim]) == set(removed)
+            assert blocks.evict_to(victim, budget * BT) == len(removed)
+            assert before - set(tree.access_times(victim)) == set(removed)
         assert_same(tree, ref)
         for q in paths:
+            want_any = 0
             for s in range(3):
                 want = 0
                 while want < len(q) and q[want] in ref.time[s]:
                     want += 1
-                assert tree.match_blocks(s, q) == want
+                assert tree.match_blocks(s, q) == want == blocks.match_blocks(s, q)
+                want_any = max(want_any, want)
+            assert tree.deepest_match(q) == want_any == blocks.deepest_match(q)
+            for k in range(1, len(q) + 1):
+                assert tree.holder_mask_at(q, k) == blocks.holder_mask(q[k - 1])
+                assert tree.first_holder_at(q, k) == blocks.first_holder(q[k - 1])
 
 
 def test_prefix_tree_lazy_stamp_reaches_the_parent_at_eviction():
@@ -140,12 +154,11 @@ def test_prefix_tree_lazy_stamp_reaches_the_parent_at_eviction():
     tree.insert(0, (1, 2), 2 * BT, BT, 0.0)          # 1 -> 2 at t=0
     tree.insert(0, (1, 3), 2 * BT, BT, 1.0)          # 1 -> 3 at t=1
     tree.insert(0, (1, 2, 4), 3 * BT, BT, 5.0)       # through 2 again, at t=5
-    assert tree._time[0][2] == 0.0                    # not restamped (lazy) ...
-    assert tree.access_times(0)[2] == 5.0            # ... but its access time is 5
+    assert tree.access_times(0)[2] == 5.0            # its access time is 5
     assert tree.evict_to(0, 3 * BT) == 1             # leaf 3 (t=1) goes, not 4 (t=5)
-    assert set(tree._time[0]) == {1, 2, 4}
-    assert tree.evict_to(0, 2 * BT) == 1             # then 4, handing t=5 to node 2
-    assert tree._time[0][2] == 5.0
+    assert set(tree.access_times(0)) == {1, 2, 4}
+    assert tree.evict_to(0, 2 * BT) == 1             # then 4, leaving node 2 at t=5
+    assert tree.access_times(0)[2] == 5.0
 
 
 # -- BookHolders: bulk counting against a plain refcount per id ------------------------------------

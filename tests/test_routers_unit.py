@@ -295,7 +295,7 @@ def test_prefix_tree_stays_prefix_closed_and_matches_naive(prompts, budget):
         tree.insert(0, chain(p), len(p) * BT, BT, now_s=float(t))
     tree.evict_to(0, budget * BT)
     assert tree.size_tokens(0) <= budget * BT
-    held = set(tree._time[0])
+    held = set(tree.access_times(0))
     for h in held:  # prefix-closed
         assert all(h[:i] in held for i in range(1, len(h)))
     for p in prompts:
@@ -321,7 +321,7 @@ def test_prefix_tree_root_holders_are_the_replicas_holding_the_first_block(ops):
         for _, q, _ in ops:
             ids = chain(q)
             holders = set(tree.root_holders(ids[0]))
-            assert holders == {r for r in range(3) if ids[0] in tree._time[r]}
+            assert holders == {r for r in range(3) if ids[0] in tree.access_times(r)}
             assert all(tree.match_blocks(r, ids) == 0 for r in range(3) if r not in holders)
 
 

@@ -218,9 +218,10 @@ class CacheAwareRouter(Router):
         """``(matched_tokens, pick)``: the longest match's tokens, and a function returning the
         replica :meth:`best_match` picks (evaluated only when the rule needs it).
 
-        Tree mode walks the holder masks of the router's tree once (``deepest_match``, a binary
-        search over the prompt's nodes), so the cost follows the prompt length and the number of
-        replicas tied at the longest match, not the fleet size; ``kv_events`` mode uses the view's
+        Tree mode walks the router's tree once along the prompt's nodes (``deepest_match``; runs
+        of blocks, :mod:`~btb_core.routers.prefix_tree`), so the cost follows the number of
+        nodes on the path and the replicas tied at the longest match, not the fleet size or the
+        prompt length; ``kv_events`` mode uses the view's
         holder index (``cached_blocks_all``). Both give what matching every replica in turn gave.
         """
         n = self.view.num_replicas
@@ -249,11 +250,11 @@ class CacheAwareRouter(Router):
             k0 = k if k * bt <= isl else max(1, -(-isl // bt))
 
             def pick():
-                top = mask_replicas(tree.holder_mask(ids[k0 - 1]) & allowed)
+                top = mask_replicas(tree.holder_mask_at(ids, k0) & allowed)
                 best = min(top, key=lambda r: (loads[r], r))
                 if self.tie_break == "first_holder":
                     d = tree.match_blocks(best, ids)
-                    first = tree.first_holder(ids[d - 1])
+                    first = tree.first_holder_at(ids, d)
                     if first is not None and first in top:
                         best = first
                 return best

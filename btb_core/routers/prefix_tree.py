@@ -6,28 +6,81 @@ rather than character granularity. Because trace ``hash_ids`` are chained (equal
 means equal first ``(i + 1) * block_tokens`` tokens; ``DESIGN.md`` section 2), a block id names one
 node of one global prefix tree and its parent is the previous id of any prompt that contains it.
 
-Invariant: a replica's node set is prefix-closed along every prompt (insertion adds the whole path;
-eviction removes only leaves), so "is ``hash_ids[k]`` present" is monotone in ``k`` and the longest
-match is a binary search, ``O(log L)`` per replica for an ``L``-block prompt.
+Each replica's tree is a prefix-closed part of that global tree (insertion adds the whole path;
+eviction removes only leaves), and every block carries, per replica holding it, an access time
+(the latest insert whose path went through it) and an insertion rank (the order in which blocks
+entered that replica's tree).
 
 Eviction follows ``Tree::evict_tenant_by_size``: while a replica's size exceeds the bound, remove
 its least-recently-used leaf (a leaf for that replica: no child of it is held by the same replica;
-ties in access time go to the node that entered the tree first). The leaves wait in a heap that
-insertion keeps current, so a trim costs time in proportion to what it removes.
-Sizes are counted in tokens (SGLang counts characters of raw text; ``max_tree_size`` in this
-project is tokens).
+ties in access time go to the block that entered the replica's tree first). Sizes are counted in
+tokens (SGLang counts characters of raw text; ``max_tree_size`` in this project is tokens).
+
+Layout: a radix tree of runs
+----------------------------
+The blocks are stored as a radix tree whose nodes are *runs*: chains of blocks in which every block
+but the last has exactly one child, and on which every replica holds all blocks or none, with one
+access time per holder and consecutive ranks (SGLang's nodes are likewise runs of tokens split
+where prompts diverge). A node is split when a prompt diverges or ends inside it, or when a
+replica's eviction trims it; nodes are never merged. A node stores its ids as a ``range`` when
+they are consecutive ints (trace ids are interned in order of first appearance, so a prompt is a
+few runs of consecutive ids, :mod:`btb_core.trace.runs`) and as a tuple otherwise. Per replica, a
+dict maps each node it holds to ``[access time, rank of the first block, children held]``.
+
+So a request costs a walk over the few nodes of its path (one dict look-up and, where the path
+leaves a node, one binary search over it) instead of a dict operation per block, and memory is one
+entry per node and per (replica, node) held instead of one per block and per (replica, block): on
+a Bursted-shaped trace about 13x fewer of each (``benchmarks/bench_policies.py --fleet``).
+
+Why eviction can work node by node. Along a node all of a holder's blocks share one access time
+and ranks grow towards the tail, so the holder's next leaf after removing the node's tail block is
+the block before it, with the same time and a smaller rank: still the least recently used. A trim
+therefore removes the tail blocks of its least-recently-used leaf node in one step (as many as
+the bound needs, splitting the node if it keeps a head part), and only a node that empties
+completely can make its parent a leaf. Access times are stamped on every node of an inserted path
+(eager, as the node count of a path is small); with a non-decreasing clock (the simulator's) this
+equals the lazily stamped per-block index it replaced
+(:class:`~btb_core.routers.prefix_tree_blocks.BlockPrefixIndex`, kept as the tests' reference).
 """
 
 from __future__ import annotations
 
 import heapq
+from itertools import count
 from typing import Sequence
 
-from .holder_sets import leading_held, set_bit_nested
+
+class _Node:
+    """A run of blocks of the global tree (see the module docstring)."""
+
+    __slots__ = ("ids", "parent", "children", "holders", "first", "bt", "last_tok")
+
+    def __init__(self, ids, parent, holders: int, first: int, bt: int, last_tok: int) -> None:
+        self.ids = ids              # range (consecutive ints) or tuple of the blocks' ids
+        self.parent = parent        # _Node (the root for a prompt's first node)
+        self.children = None        # None or {first id of the child: child _Node}
+        self.holders = holders      # bitmask of the replicas holding every block of the node
+        self.first = first          # replica whose insert created these blocks
+        self.bt = bt                # tokens of every block but the last
+        self.last_tok = last_tok    # tokens of the last block (a prompt's last may be partial)
+
+    def tokens(self) -> int:
+        return (len(self.ids) - 1) * self.bt + self.last_tok
+
+
+def _as_ids(seq) -> range | tuple:
+    """``seq`` as a ``range`` when it is consecutive ints (the common case), else a tuple."""
+    seq = tuple(seq)
+    a = seq[0]
+    if type(a) is int and type(seq[-1]) is int and seq[-1] - a == len(seq) - 1:
+        r = range(a, a + len(seq))
+        if len(seq) <= 2 or seq == tuple(r):
+            return r
+    return seq
 
 
 class ApproxPrefixIndex:
-    """Per-replica approximate prefix trees over chained block ids.
+    """Per-replica approximate prefix trees over chained block ids (a radix tree of runs).
 
     Parameters
     ----------
@@ -36,31 +89,96 @@ class ApproxPrefixIndex:
 
     Notes
     -----
-    Memory is one dict entry per (replica, block) held plus one global entry per distinct block.
+    Memory is one node per run of blocks (see the module docstring) plus one entry per (replica,
+    node) held; nodes, like the blocks of the per-block index before them, are never forgotten
+    (:meth:`first_holder` answers for evicted blocks too). Access times must not decrease from one
+    :meth:`insert` to the next (the simulated clock).
     """
 
     def __init__(self, num_replicas: int) -> None:
         self.num_replicas = num_replicas
-        # node -> access time, lazily: exact for leaves (see insert); access_times() gives all
-        self._time: list[dict] = [dict() for _ in range(num_replicas)]
-        self._children: list[dict] = [dict() for _ in range(num_replicas)]  # node -> #children held
-        self._rank: list[dict] = [dict() for _ in range(num_replicas)]      # node -> insertion rank
+        self._root = _Node((), None, 0, -1, 0, 0)
+        # per replica: node -> [access time, rank of its first block, child nodes held]
+        self._state: list[dict] = [dict() for _ in range(num_replicas)]
         self._next_rank = [0] * num_replicas
-        self._leaves: list[list] = [[] for _ in range(num_replicas)]  # heap (time, rank, node)
+        self._leaves: list[list] = [[] for _ in range(num_replicas)]  # heap (time, rank, seq, node)
+        self._seq = count()
         self._size_tokens = [0] * num_replicas
-        self._parent: dict = {}   # node -> parent node (None at the root's children)
-        self._tokens: dict = {}   # node -> tokens the block covers (last block may be partial)
-        self._first: dict = {}    # node -> replica that inserted it first (the gateway's tenant)
-        # node -> bitmask of the replicas holding it (bit r = replica r): the tenant set SGLang
-        # keeps per node (Node::tenant_last_access_time in sgl-router/src/tree.rs,
-        # sgl-project/sglang @ 8613c481). Trees are prefix-closed, so along a prompt the masks
-        # only lose bits and the deepest node any replica holds is a binary search (deepest_match)
-        self._holders: dict = {}
+        self._num_blocks = [0] * num_replicas
+        self._version = 0           # bumped by every change (the walk cache's key)
+        self._walk_ids = None       # the last walked sequence (identity), its version and path
+        self._walk_version = -1
+        self._walk_path: list = []
+        self._where = None          # block id -> node, built on demand for per-block queries
+
+    # -- the walk ------------------------------------------------------------------------------
+    def _walk(self, ids) -> list:
+        """``[(node, j), ...]``: the nodes along ``ids`` from the root and how many of each node's
+        blocks ``ids`` follows (all but possibly the last one's). Cached for the last sequence."""
+        if ids is self._walk_ids and self._walk_version == self._version:
+            return self._walk_path
+        path = []
+        n = len(ids)
+        p = 0
+        node = self._root
+        while p < n:
+            ch = node.children
+            if ch is None:
+                break
+            c = ch.get(ids[p])
+            if c is None:
+                break
+            cids = c.ids
+            size = len(cids)
+            lim = size if size < n - p else n - p
+            if lim == 1 or ids[p + lim - 1] == cids[lim - 1]:
+                j = lim
+            else:   # chained ids: equal at a position means equal before it (binary search)
+                lo, hi = 1, lim - 1
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if ids[p + mid - 1] == cids[mid - 1]:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                j = lo
+            path.append((c, j))
+            p += j
+            if j < size:
+                break
+            node = c
+        self._walk_ids = ids
+        self._walk_version = self._version
+        self._walk_path = path
+        return path
+
+    def _locate(self, block):
+        """The node holding block id ``block``, or None (per-block queries; builds an index of
+        every block on first use after a change, so not for the hot path)."""
+        where = self._where
+        if where is None:
+            where = {}
+            stack = [self._root]
+            while stack:
+                node = stack.pop()
+                if node.children:
+                    stack.extend(node.children.values())
+                where.update(dict.fromkeys(node.ids, node))
+            self._where = where
+        try:
+            return where.get(block)
+        except TypeError:   # unhashable: not a block of this tree
+            return None
 
     # -- queries -------------------------------------------------------------------------------
     def match_blocks(self, replica: int, hash_ids: Sequence) -> int:
         """Number of leading ``hash_ids`` present in ``replica``'s tree (longest prefix match)."""
-        return leading_held(hash_ids, self._time[replica], len(hash_ids))
+        k = 0
+        for node, j in self._walk(hash_ids):
+            if not node.holders >> replica & 1:
+                break
+            k += j
+        return k
 
     def match_tokens(self, replica: int, hash_ids: Sequence, input_length: int,
                      block_tokens: int) -> int:
@@ -74,65 +192,142 @@ class ApproxPrefixIndex:
         created it, split nodes inherit it, and ``prefix_match_with_counts`` returns that tenant for
         the node where the match ends while it still holds the node (``tree.rs``, sgl-project/sglang
         @ 03744dbe). With chained ids, the creator of the characters of block ``node`` is the first
-        replica that inserted a prompt containing ``node``.
+        replica that inserted a prompt containing ``node``. Per-block look-up (see :meth:`_locate`);
+        routers use :meth:`first_holder_at`.
         """
-        return self._first.get(node)
+        n = self._locate(node)
+        return None if n is None else n.first
+
+    def first_holder_at(self, hash_ids: Sequence, k: int) -> int | None:
+        """:meth:`first_holder` of ``hash_ids[k - 1]`` (``1 <= k <= len(hash_ids)``), found on
+        the walk along ``hash_ids``."""
+        node = self._node_at(hash_ids, k)
+        return self.first_holder(hash_ids[k - 1]) if node is None else node.first
 
     def root_holders(self, node) -> list[int]:
         """Replicas whose tree holds ``node`` (ascending; empty if none). For a first-block node,
         every other replica matches 0 blocks of a prompt starting with it."""
-        return mask_replicas(self._holders.get(node, 0))
+        return mask_replicas(self.holder_mask(node))
 
     def holder_mask(self, node) -> int:
-        """Bitmask of the replicas whose tree holds ``node`` (bit ``r`` set for replica ``r``)."""
-        return self._holders.get(node, 0)
+        """Bitmask of the replicas whose tree holds ``node`` (bit ``r`` set for replica ``r``).
+        Per-block look-up (see :meth:`_locate`); routers use :meth:`holder_mask_at`."""
+        n = self._locate(node)
+        return 0 if n is None else n.holders
+
+    def holder_mask_at(self, hash_ids: Sequence, k: int) -> int:
+        """:meth:`holder_mask` of ``hash_ids[k - 1]`` (``1 <= k <= len(hash_ids)``), found on the
+        walk along ``hash_ids``: 0 past the tree."""
+        node = self._node_at(hash_ids, k)
+        return 0 if node is None else node.holders
+
+    def _node_at(self, hash_ids, k: int):
+        """The node holding ``hash_ids[k - 1]`` on the walk along ``hash_ids``, or None."""
+        if k < 1:
+            return None
+        p = 0
+        for node, j in self._walk(hash_ids):
+            p += j
+            if p >= k:
+                return node
+        return None
 
     def deepest_match(self, hash_ids: Sequence, allowed_mask: int = -1) -> int:
         """Largest ``k`` such that some replica in ``allowed_mask`` holds ``hash_ids[:k]`` (0 if
-        none): the longest match over all replicas, by binary search on the nested holder masks,
-        ``O(log L)`` whatever the number of replicas."""
-        holders = self._holders
-        lo, hi = 0, len(hash_ids)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if holders.get(hash_ids[mid - 1], 0) & allowed_mask:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        none): the longest match over all replicas, from one walk along the prompt's nodes (the
+        holder sets only shrink going down), whatever the number of replicas."""
+        k = 0
+        for node, j in self._walk(hash_ids):
+            if not node.holders & allowed_mask:
+                break
+            k += j
+        return k
 
     def access_times(self, replica: int) -> dict:
-        """``{node: last access s}`` of every node in ``replica``'s tree: the latest insert whose
-        path went through it (the stamps an eager restamp of every path node would leave).
-        ``O(nodes log nodes)``; for tests and inspection, not the hot path."""
-        held, parent = self._time[replica], self._parent
-        depth: dict = {}
-        for h in held:
-            path = []
-            x = h
-            while x is not None and x not in depth:
-                path.append(x)
-                x = parent[x]
-            d = -1 if x is None else depth[x]
-            for y in reversed(path):
-                d += 1
-                depth[y] = d
-        times = dict(held)
-        for h in sorted(held, key=depth.__getitem__, reverse=True):
-            p = parent[h]
-            if p is not None and times[p] < times[h]:
-                times[p] = times[h]
-        return times
+        """``{block: last access s}`` of every block in ``replica``'s tree: the latest insert
+        whose path went through it. ``O(blocks)``; for tests and inspection, not the hot path."""
+        out: dict = {}
+        for node, (t, _, _) in self._state[replica].items():
+            out.update(dict.fromkeys(node.ids, t))
+        return out
+
+    def block_table(self, replica: int) -> dict:
+        """``{block: (access time, insertion rank, children held)}`` of every block in
+        ``replica``'s tree (the per-block view of the runs; for tests and inspection)."""
+        out: dict = {}
+        for node, (t, rank, kids) in self._state[replica].items():
+            ids = node.ids
+            for i, h in enumerate(ids):
+                out[h] = (t, rank + i, kids if i == len(ids) - 1 else 1)
+        return out
+
+    def global_table(self) -> dict:
+        """``{block: (parent block or None, tokens, first holder, holder mask)}`` of every block
+        ever inserted (for tests and inspection)."""
+        out: dict = {}
+        stack = [self._root]
+        while stack:
+            node = stack.pop()
+            if node.children:
+                stack.extend(node.children.values())
+            ids = node.ids
+            if not ids:
+                continue
+            prev = node.parent.ids[-1] if node.parent.ids else None
+            for i, h in enumerate(ids):
+                tok = node.last_tok if i == len(ids) - 1 else node.bt
+                out[h] = (prev, tok, node.first, node.holders)
+                prev = h
+        return out
+
+    def num_nodes(self) -> tuple[int, int]:
+        """``(nodes, (replica, node) pairs held)``: the index's size in entries."""
+        nodes = 0
+        stack = [self._root]
+        while stack:
+            node = stack.pop()
+            if node.children:
+                stack.extend(node.children.values())
+            nodes += 1
+        return nodes - 1, sum(len(s) for s in self._state)
 
     def size_tokens(self, replica: int) -> int:
         """Tokens held in ``replica``'s tree (SGLang ``tenant_char_count``, in tokens)."""
         return self._size_tokens[replica]
 
     def num_blocks(self, replica: int) -> int:
-        """Blocks (nodes) held in ``replica``'s tree."""
-        return len(self._time[replica])
+        """Blocks held in ``replica``'s tree."""
+        return self._num_blocks[replica]
 
     # -- updates -------------------------------------------------------------------------------
+    def _split(self, node: _Node, j: int) -> _Node:
+        """Cut ``node`` after its first ``j`` blocks (``0 < j < len``); returns the tail node,
+        which takes the children, holders and per-holder state (ranks shifted by ``j``)."""
+        ids = node.ids
+        tail = _Node(ids[j:], node, node.holders, node.first, node.bt, node.last_tok)
+        tail.children = node.children
+        if tail.children:
+            for c in tail.children.values():
+                c.parent = tail
+        node.ids = ids[:j]
+        node.last_tok = node.bt
+        node.children = {tail.ids[0]: tail}
+        mask = node.holders
+        seq = self._seq
+        while mask:
+            low = mask & -mask
+            r = low.bit_length() - 1
+            mask ^= low
+            state = self._state[r]
+            x = state[node]
+            state[tail] = [x[0], x[1] + j, x[2]]
+            if not x[2]:   # the leaf is now the tail node, at the same (time, rank)
+                heapq.heappush(self._leaves[r], (x[0], x[1] + len(ids) - 1, next(seq), tail))
+            x[2] = 1
+        self._version += 1
+        self._where = None
+        return tail
+
     def insert(self, replica: int, hash_ids: Sequence, input_length: int, block_tokens: int,
                now_s: float) -> None:
         """Add the prompt's whole block path to ``replica``'s tree and stamp it ``now_s``.
@@ -143,116 +338,130 @@ class ApproxPrefixIndex:
         hash_ids : sequence of hashable
             Chained block ids of the prompt.
         input_length, block_tokens : int
-            Prompt tokens and tokens per block (the last block covers the remainder).
+            Prompt tokens and tokens per block (the last block covers the remainder). A block's
+            tokens are fixed by the first insert that contains it.
         now_s : float
-            Access time in simulated seconds (the LRU clock).
+            Access time in simulated seconds (the LRU clock; must not decrease between calls).
 
         Notes
         -----
-        Cost: two binary searches and a few C-level dict updates over the nodes new to the
-        replica's tree; no per-node Python loop. Access times are kept lazily: the insert stamps
-        only its last node and the nodes it adds, and an evicted node hands its time to its parent
-        (see :meth:`evict_to`). A node's stamp can lag behind the last access through it while it
-        has children, but equals it whenever the node is a leaf, the only time eviction reads it,
-        so the trees evolve exactly as if every node of the path were restamped.
+        Cost: one walk over the path's nodes (at most one split where the prompt ends or diverges
+        inside a node) and one new node for the blocks no replica had; nothing per block but the
+        ``range`` test of the new blocks' ids.
         """
         n = len(hash_ids)
         if not n:
             return
-        held = self._time[replica]
-        children = self._children[replica]
-        # The replica's tree is prefix-closed, so the path's nodes it holds are the first m
-        m = leading_held(hash_ids, held, n)
-        last = hash_ids[n - 1]
-        if m < n:
-            new = hash_ids[m:n]
-            tokens_map = self._tokens
-            # nodes ever inserted anywhere are prefix-closed too (they are never forgotten): the
-            # first g are known, the rest enter the global tree now
-            g = leading_held(hash_ids, tokens_map, n, m)
-            if g < n:
-                if g < n - 1:
-                    tokens_map.update(dict.fromkeys(hash_ids[g:n - 1], block_tokens))
-                tokens_map[last] = max(1, int(input_length) - (n - 1) * block_tokens)
-                parent_map = self._parent
-                if g:
-                    parent_map.update(zip(hash_ids[g:n], hash_ids[g - 1:n - 1]))
-                else:
-                    parent_map[hash_ids[0]] = None
-                    parent_map.update(zip(hash_ids[1:n], hash_ids[0:n - 1]))
-                self._first.update(dict.fromkeys(hash_ids[g:n], replica))
-                self._holders.update(dict.fromkeys(hash_ids[g:n], 1 << replica))
-            if m < g:   # known nodes other replicas may hold: add this replica's bit
-                set_bit_nested(self._holders, hash_ids, m, g, 1 << replica, True)
-            self._size_tokens[replica] += sum(map(tokens_map.__getitem__, new))
-            # every new node but the last has exactly one child (the next); the node before them
-            # gains one
-            if n - m > 1:
-                children.update(dict.fromkeys(hash_ids[m:n - 1], 1))
-            children[last] = 0
-            if m:
-                children[hash_ids[m - 1]] += 1
-            nr = self._next_rank[replica]
-            self._rank[replica].update(zip(new, range(nr, nr + n - m)))
-            self._next_rank[replica] = nr + n - m
-            held.update(dict.fromkeys(new, now_s))
-        else:
-            held[last] = now_s
-        # Only the path's last node can be a leaf (every other one has the next as a child); its
-        # older heap entries go stale (their time differs, or the node gained a child).
-        if children[last] == 0:
+        path = self._walk(hash_ids)
+        if path:
+            node, j = path[-1]
+            if j < len(node.ids):
+                self._split(node, j)
+        bit = 1 << replica
+        state = self._state[replica]
+        rank = self._next_rank[replica]
+        added_tokens = added_blocks = 0
+        parent = self._root
+        p = 0
+        for node, j in path:
+            x = state.get(node)
+            if x is not None:
+                x[0] = now_s
+            else:   # the replica holds a prefix of the path: the rest joins its tree here
+                node.holders |= bit
+                state[node] = [now_s, rank, 0]
+                rank += j
+                added_blocks += j
+                added_tokens += node.tokens()
+                if parent is not self._root:
+                    state[parent][2] += 1
+            parent = node
+            p += j
+        if p < n:   # blocks no replica had: one new node
+            ids = _as_ids(hash_ids[p:n])
+            node = _Node(ids, parent, bit, replica, block_tokens,
+                         max(1, int(input_length) - (n - 1) * block_tokens))
+            if parent.children is None:
+                parent.children = {ids[0]: node}
+            else:
+                parent.children[ids[0]] = node
+            state[node] = [now_s, rank, 0]
+            rank += n - p
+            added_blocks += n - p
+            added_tokens += node.tokens()
+            if parent is not self._root:
+                state[parent][2] += 1
+            parent = node
+            self._where = None
+        self._next_rank[replica] = rank
+        self._size_tokens[replica] += added_tokens
+        self._num_blocks[replica] += added_blocks
+        self._version += 1
+        x = state[parent]
+        if not x[2]:   # the path's last node is a leaf of this replica: it enters the heap
             heap = self._leaves[replica]
-            heapq.heappush(heap, (now_s, self._rank[replica][last], last))
-            if len(heap) > 2 * len(held) + 1024:
+            heapq.heappush(heap, (now_s, x[1] + len(parent.ids) - 1, next(self._seq), parent))
+            if len(heap) > 2 * len(state) + 1024:
                 self._compact(replica)
 
     def _compact(self, replica: int) -> None:
-        """Rebuild ``replica``'s leaf heap from its held leaves (drops stale entries)."""
-        held, children, rank = self._time[replica], self._children[replica], self._rank[replica]
-        heap = [(t, rank[h], h) for h, t in held.items() if children[h] == 0]
+        """Rebuild ``replica``'s leaf heap from its leaves (drops stale entries)."""
+        seq = self._seq
+        heap = [(x[0], x[1] + len(node.ids) - 1, next(seq), node)
+                for node, x in self._state[replica].items() if not x[2]]
         heapq.heapify(heap)
         self._leaves[replica] = heap
 
     def evict_to(self, replica: int, max_tokens: int) -> int:
         """Remove LRU leaves of ``replica`` until its size is ``<= max_tokens``; returns blocks
-        removed. Ties in access time go to the node inserted into the tree first.
+        removed. Ties in access time go to the block inserted into the tree first.
 
-        Leaves wait in a heap kept up to date by :meth:`insert` (stale entries are skipped when
-        popped and compacted away when they outnumber the held nodes), so a call costs
-        ``O(1 + removed x log n)`` amortised rather than a pass over the whole tree.
+        Leaf nodes wait in a heap kept up to date by :meth:`insert` (stale entries are skipped
+        when popped and compacted away when they outnumber the held nodes); a leaf node loses as
+        many tail blocks as the bound needs in one step (see the module docstring), so a call
+        costs ``O(1 + nodes touched x log n)`` amortised.
         """
         if self._size_tokens[replica] <= max_tokens:
             return 0
-        held = self._time[replica]
-        children = self._children[replica]
-        rank = self._rank[replica]
+        state = self._state[replica]
+        bit = 1 << replica
         heap = self._leaves[replica]
-        tokens, parent = self._tokens, self._parent
+        root = self._root
         removed = 0
         while heap and self._size_tokens[replica] > max_tokens:
-            t, r, h = heapq.heappop(heap)
-            if held.get(h) != t or rank.get(h) != r or children[h] != 0:
-                continue  # stale entry: touched again, gained a child, or removed and re-added
-            del held[h]
-            del children[h]
-            del rank[h]
-            self._size_tokens[replica] -= tokens[h]
-            removed += 1
-            p = parent[h]
-            m = self._holders[h] & ~(1 << replica)
-            if m:
-                self._holders[h] = m
+            t, r, _, node = heapq.heappop(heap)
+            x = state.get(node)
+            size = len(node.ids)
+            if x is None or x[2] or x[0] != t or x[1] + size - 1 != r:
+                continue  # stale: touched again, gained a child, split, or removed
+            excess = self._size_tokens[replica] - max_tokens
+            last = node.last_tok
+            if last >= excess:
+                k = 1
             else:
-                del self._holders[h]
-            if p is not None and p in children:
-                # the parent was accessed at least as late as its evicted child (lazy stamps,
-                # see insert)
-                if held[p] < t:
-                    held[p] = t
-                children[p] -= 1
-                if children[p] == 0:
-                    heapq.heappush(heap, (held[p], rank[p], p))
+                k = 1 + -(-(excess - last) // node.bt)
+            if k < size:   # keep the head: the tail becomes its own node, removed below
+                node = self._split(node, size - k)
+                x = state[node]
+            else:
+                k = size
+            # the whole node leaves this replica's tree
+            self._size_tokens[replica] -= node.tokens()
+            self._num_blocks[replica] -= k
+            removed += k
+            del state[node]
+            node.holders &= ~bit
+            parent = node.parent
+            if parent is not root:
+                y = state[parent]
+                y[2] -= 1
+                if not y[2]:   # its access time is at least the child's (eager stamps)
+                    heapq.heappush(heap, (y[0], y[1] + len(parent.ids) - 1, next(self._seq),
+                                          parent))
+        if removed:
+            self._version += 1
         return removed
+
 
 def mask_replicas(mask: int) -> list[int]:
     """Replica numbers of the set bits of ``mask``, ascending."""
