@@ -249,3 +249,30 @@ def test_llm_d_holder_masks_and_matches_follow_the_lru(ops, capacity):
                 if k:
                     expect[s] = k
             assert router._approx_matches(tuple(query)) == expect
+
+
+def test_prefix_tree_keeps_one_node_per_run_and_splits_where_paths_part():
+    """Runs of consecutive ids are one node each; a prompt that leaves a run inside it splits the
+    run once; an eviction that trims a run's tail splits it again, and both halves keep their
+    ids as ranges."""
+    tree = ApproxPrefixIndex(2)
+    tree.insert(0, tuple(range(100)), 100 * BT, BT, 0.0)
+    assert tree.num_nodes() == (1, 1)
+    tree.insert(1, tuple(range(50)) + tuple(range(100, 150)), 100 * BT, BT, 1.0)
+    assert tree.num_nodes() == (3, 4)        # [0, 50) held by both, [50, 100) by 0, [100, 150) by 1
+    assert tree.match_blocks(0, tuple(range(150))) == 100
+    assert tree.deepest_match(tuple(range(50)) + (100, 101, 7)) == 52
+    assert tree.holder_mask_at(tuple(range(50)), 50) == 0b11
+    assert tree.evict_to(0, 80 * BT) == 20   # replica 0's leaf run loses its last 20 blocks
+    assert tree.num_nodes() == (4, 4)
+    assert sorted(tree.access_times(0)) == list(range(80))
+    assert all(type(n.ids) is range for n in tree._nodes())
+
+
+def test_prefix_tree_walk_cache_does_not_reuse_a_mutated_list():
+    tree = ApproxPrefixIndex(1)
+    ids = [1, 2, 3]
+    tree.insert(0, ids, 3 * BT, BT, 0.0)
+    assert tree.match_blocks(0, ids) == 3
+    ids[2] = 9
+    assert tree.match_blocks(0, ids) == 2

@@ -114,7 +114,8 @@ class ApproxPrefixIndex:
     # -- the walk ------------------------------------------------------------------------------
     def _walk(self, ids) -> list:
         """``[(node, j), ...]``: the nodes along ``ids`` from the root and how many of each node's
-        blocks ``ids`` follows (all but possibly the last one's). Cached for the last sequence."""
+        blocks ``ids`` follows (all but possibly the last one's). Cached for the last sequence
+        when it is a tuple (immutable: a request's ``hash_ids``) until the tree changes."""
         if ids is self._walk_ids and self._walk_version == self._version:
             return self._walk_path
         path = []
@@ -147,7 +148,7 @@ class ApproxPrefixIndex:
             if j < size:
                 break
             node = c
-        self._walk_ids = ids
+        self._walk_ids = ids if type(ids) is tuple else None
         self._walk_version = self._version
         self._walk_path = path
         return path
@@ -280,16 +281,20 @@ class ApproxPrefixIndex:
                 prev = h
         return out
 
-    def num_nodes(self) -> tuple[int, int]:
-        """``(nodes, (replica, node) pairs held)``: the index's size in entries."""
-        nodes = 0
+    def _nodes(self) -> list:
+        """Every node of the tree (not the root), parents before children."""
+        out = []
         stack = [self._root]
         while stack:
             node = stack.pop()
             if node.children:
                 stack.extend(node.children.values())
-            nodes += 1
-        return nodes - 1, sum(len(s) for s in self._state)
+            out.append(node)
+        return out[1:]
+
+    def num_nodes(self) -> tuple[int, int]:
+        """``(nodes, (replica, node) pairs held)``: the index's size in entries."""
+        return len(self._nodes()), sum(len(s) for s in self._state)
 
     def size_tokens(self, replica: int) -> int:
         """Tokens held in ``replica``'s tree (SGLang ``tenant_char_count``, in tokens)."""
