@@ -103,7 +103,11 @@ class ApproxPrefixIndex:
         # per replica: node -> [access time, rank of its first block, child nodes held]
         self._state: list[dict] = [dict() for _ in range(num_replicas)]
         self._next_rank = [0] * num_replicas
-        self._leaves: list[list] = [[] for _ in range(num_replicas)]  # heap (time, rank, seq, node)
+        # per replica: heap of leaf nodes (time, rank of the last block, seq, node), built by the
+        # first trim that removes something (_compact) and kept current from then on; a replica
+        # never trimmed pays nothing for it
+        self._leaves: list[list] = [[] for _ in range(num_replicas)]
+        self._heap_on = [False] * num_replicas
         self._seq = count()
         self._size_tokens = [0] * num_replicas
         self._num_blocks = [0] * num_replicas
@@ -328,7 +332,7 @@ class ApproxPrefixIndex:
             state = self._state[r]
             x = state[node]
             state[tail] = [x[0], x[1] + j, x[2]]
-            if not x[2]:   # the leaf is now the tail node, at the same (time, rank)
+            if not x[2] and self._heap_on[r]:   # the leaf is now the tail, same (time, rank)
                 heapq.heappush(self._leaves[r], (x[0], x[1] + len(ids) - 1, next(seq), tail))
             x[2] = 1
         self._version += 1
@@ -405,7 +409,7 @@ class ApproxPrefixIndex:
         self._num_blocks[replica] += added_blocks
         self._version += 1
         x = state[parent]
-        if not x[2]:   # the path's last node is a leaf of this replica: it enters the heap
+        if not x[2] and self._heap_on[replica]:   # the path's last node is a leaf: to the heap
             heap = self._leaves[replica]
             heapq.heappush(heap, (now_s, x[1] + len(parent.ids) - 1, next(self._seq), parent))
             if len(heap) > 2 * len(state) + 1024:
@@ -423,13 +427,17 @@ class ApproxPrefixIndex:
         """Remove LRU leaves of ``replica`` until its size is ``<= max_tokens``; returns blocks
         removed. Ties in access time go to the block inserted into the tree first.
 
-        Leaf nodes wait in a heap kept up to date by :meth:`insert` (stale entries are skipped
-        when popped and compacted away when they outnumber the held nodes); a leaf node loses as
-        many tail blocks as the bound needs in one step (see the module docstring), so a call
-        costs ``O(1 + nodes touched x log n)`` amortised.
+        Leaf nodes wait in a heap built by the first trim that has to remove something and kept
+        up to date by :meth:`insert` from then on (stale entries are skipped when popped and
+        compacted away when they outnumber the held nodes); a leaf node loses as many tail blocks
+        as the bound needs in one step (see the module docstring), so a call costs
+        ``O(1 + nodes touched x log n)`` amortised.
         """
         if self._size_tokens[replica] <= max_tokens:
             return 0
+        if not self._heap_on[replica]:
+            self._compact(replica)
+            self._heap_on[replica] = True
         state = self._state[replica]
         bit = 1 << replica
         heap = self._leaves[replica]
