@@ -147,9 +147,10 @@ def test_prefix_tree_equals_the_eager_node_by_node_tree(ops, use_ints):
 
 
 def test_prefix_tree_lazy_stamp_reaches_the_parent_at_eviction():
-    """A path inserted again later (t=5) through an old node: the old node keeps its stale stamp
-    while it has children, and takes t=5 when its child is evicted, so it outlives an older
-    sibling branch (t=1) though its own stamp said t=0."""
+    """A path inserted again later (t=5) through an old node (created at t=0): the node's access
+    time is 5, so once its child is evicted it outlives an older sibling branch (t=1). (The
+    per-block index kept a stale stamp there and handed t=5 up at eviction; the run tree stamps
+    every node of the path.)"""
     tree = ApproxPrefixIndex(1)
     tree.insert(0, (1, 2), 2 * BT, BT, 0.0)          # 1 -> 2 at t=0
     tree.insert(0, (1, 3), 2 * BT, BT, 1.0)          # 1 -> 3 at t=1
@@ -261,7 +262,7 @@ def test_prefix_tree_keeps_one_node_per_run_and_splits_where_paths_part():
     tree.insert(1, tuple(range(50)) + tuple(range(100, 150)), 100 * BT, BT, 1.0)
     assert tree.num_nodes() == (3, 4)        # [0, 50) held by both, [50, 100) by 0, [100, 150) by 1
     assert tree.match_blocks(0, tuple(range(150))) == 100
-    assert tree.deepest_match(tuple(range(50)) + (100, 101, 7)) == 52
+    assert tree.deepest_match(tuple(range(50)) + (100, 101, 999)) == 52
     assert tree.holder_mask_at(tuple(range(50)), 50) == 0b11
     assert tree.evict_to(0, 80 * BT) == 20   # replica 0's leaf run loses its last 20 blocks
     assert tree.num_nodes() == (4, 4)
