@@ -45,12 +45,16 @@ class CheckingRouter(Router):
     def route(self, request):
         v = self.view
         ids = request.hash_ids
+        starts, lens = v.request_pieces(request)     # the request's own pieces, not its ids
+        assert (starts, lens) == v.pieces(ids)
         for cut in {len(ids), max(1, len(ids) // 2), 1}:
             prefix = ids[:cut]
             for tiers in TIER_SETS:
                 want = {r: v.cached_blocks(r, prefix, tiers) for r in range(v.num_replicas)}
                 want = {r: m for r, m in want.items() if m}
                 assert v.cached_blocks_all(prefix, tiers) == want, (request.index, cut, tiers)
+                assert v.cached_blocks_all_pieces(starts, lens, cut, tiers) == want, \
+                    (request.index, cut, tiers)
                 self.checked += 1
         assert v.cached_block_count_all() == [v.cached_block_count(r)
                                               for r in range(v.num_replicas)]

@@ -127,7 +127,8 @@ def test_kv_aware_books_decode_blocks_at_selection():
     # a request sharing a's first 3 blocks adds only 1 new block there (unique blocks counted once)
     assert router.logits(req(2, [1, 2, 3, 9])).tolist() == [8.0, 9.0]
     router.on_request_finished(a, 1)
-    assert router._active == [{}, {}]
+    assert router._book.runs == {} and router._book.sizes == [0, 0]
+    assert router._active_len.tolist() == [0, 0]
     engine = KvAwareRouter(active_blocks="engine")   # the earlier rule: nothing until admission
     view = setup(engine, n=2, seed=0)
     view.cache[0]["hbm"].update({50})

@@ -49,7 +49,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .base import Router, cached_block_count_all, cached_blocks_all
-from .holder_sets import BookHolders
+from .holder_sets import RunBook, leading_pieces, stretches
 from .cache_aware import parse_tiers
 from .params import RouterParam, check_range
 
@@ -121,19 +121,36 @@ class KvAwareRouter(Router):
         super().reset(view)
         n = view.num_replicas
         self._prefill_tokens = [0] * n   # the router's book of uncached prompt tokens
+        self._prefill_arr = np.zeros(n, np.int64)         # the same, as an array
         self._booked: dict[int, tuple[int, int]] = {}     # request index -> (replica, tokens booked)
-        # replica -> {block id: refcount}, with block id -> replicas holding it (one walk per
-        # request finds every replica's match, routers/holder_sets.py)
-        self._book = BookHolders(n)
-        self._active: list[dict] = self._book.books
-        self._active_len = np.zeros(n, np.int64)          # len(self._active[r])
-        self._active_booked: dict[int, tuple[int, tuple]] = {}  # request index -> (replica, ids)
+        # the active blocks booked per replica, kept per block run with run -> replicas holding
+        # it (one walk over a request's pieces finds every replica's match, routers/holder_sets.py)
+        self._book = RunBook(n)
+        self._active_len = np.zeros(n, np.int64)          # self._book.sizes, as an array
+        # request index -> (replica, pieces of its full blocks)
+        self._active_booked: dict[int, tuple[int, list, list]] = {}
+        # the simulator's view hands over a request's pieces; other views: stretches of its ids
+        self._request_pieces = getattr(view, "request_pieces", None)
+        self._cached_pieces = getattr(view, "cached_blocks_all_pieces", None)
         #: Requests held in the router queue (FCFS), when ``router_queue_threshold`` is set.
         self.queue: list = []
         self.queued_total = 0
 
     # -- the cost function ---------------------------------------------------------------------
     def _costs(self, request) -> tuple[np.ndarray, np.ndarray]:
+        """Per-replica logits (see :meth:`_score`) and uncached prompt tokens."""
+        return self._score(request)[:2]
+
+    def _pieces(self, request) -> tuple[list, list]:
+        """``(run starts, lengths)`` of the request's ids."""
+        f = self._request_pieces
+        if f is not None:
+            pieces = f(request)
+            if pieces is not None:
+                return pieces
+        return stretches(request.hash_ids)
+
+    def _score(self, request) -> tuple[np.ndarray, np.ndarray, tuple]:
         """Per-replica logits (blocks, lower is better; float64, shape ``(num_replicas,)``) and
         uncached prompt tokens (int64, same shape).
 
@@ -141,33 +158,41 @@ class KvAwareRouter(Router):
         same order, as the scalar formula of the module docstring (integer terms are exact), so
         the logits are bit-identical to computing them replica by replica. The overlaps come from
         one walk of the view's holder index and the router-book matches from one walk of its own
-        holder sets; replicas absent from both score with overlap 0.
+        book over the request's pieces; replicas absent from both score with overlap 0. Third
+        item: the pieces of the request's full blocks (what :meth:`select` books).
         """
         v = self.view
         n = v.num_replicas
         bt = request.block_tokens
         isl = int(request.input_length)
-        ids = request.hash_ids
+        starts, lens = self._pieces(request)
+        nids = sum(lens)
         req_blocks = math.ceil(isl / bt)
         w = self.overlap_score_weight
-        found = cached_blocks_all(v, ids, self.overlap_tiers)
+        if self._cached_pieces is not None:
+            found = self._cached_pieces(starts, lens, nids, self.overlap_tiers)
+        else:
+            found = cached_blocks_all(v, request.hash_ids, self.overlap_tiers)
         router_book = self.active_blocks == "router"
+        full = None
         if router_book:
-            nfull = min(request.full_blocks, len(ids))
-            book = self._book.depths(ids, nfull)
+            nfull = min(request.full_blocks, nids)
+            full = (starts, lens) if nfull == nids else leading_pieces(starts, lens, nfull)
+            book = self._book.depths(*full)
         if n <= _SCALAR_MAX:   # few replicas: the scalar formula beats numpy's per-call overhead
             logits, uncached = [], []
+            sizes = self._book.sizes
             for r in range(n):
                 overlap = min(found.get(r, 0), req_blocks)
                 u = max(0, isl - overlap * bt)
                 prefill_blocks = (self._prefill_tokens[r] + u) / bt
                 if router_book:
-                    decode_blocks = len(self._active[r]) + nfull - book.get(r, 0)
+                    decode_blocks = sizes[r] + nfull - book.get(r, 0)
                 else:
                     decode_blocks = v.active_blocks(r) + (req_blocks - overlap)
                 logits.append(w * prefill_blocks + decode_blocks)
                 uncached.append(u)
-            return np.array(logits), np.array(uncached, np.int64)
+            return np.array(logits), np.array(uncached, np.int64), full
         overlap = np.zeros(n, np.int64)
         if found:
             k = len(found)
@@ -175,7 +200,7 @@ class KvAwareRouter(Router):
                 np.fromiter(found.values(), np.int64, k), req_blocks)
         uncached = np.maximum(0, isl - overlap * bt)
         # int64 sums stay exact (as Python ints) for any realistic token count
-        prefill_blocks = (np.array(self._prefill_tokens, np.int64) + uncached) / bt
+        prefill_blocks = (self._prefill_arr + uncached) / bt
         if router_book:
             decode_blocks = self._active_len + nfull
             if book:
@@ -185,7 +210,7 @@ class KvAwareRouter(Router):
         else:
             active = np.array([v.active_blocks(r) for r in range(n)], np.int64)
             decode_blocks = active + (req_blocks - overlap)
-        return w * prefill_blocks + decode_blocks, uncached
+        return w * prefill_blocks + decode_blocks, uncached, full
 
     def logits(self, request) -> np.ndarray:
         """Per-replica cost, shape ``(num_replicas,)``, in blocks (lower is better)."""
@@ -215,7 +240,7 @@ class KvAwareRouter(Router):
 
     def select(self, request) -> int:
         """Score the replicas, pick one and book the request there (prefill tokens, blocks)."""
-        logits, uncached = self._costs(request)
+        logits, uncached, full = self._score(request)
         cands = self.candidates()
         restricted = len(cands) != len(logits)
         if self.router_temperature == 0.0:
@@ -236,11 +261,11 @@ class KvAwareRouter(Router):
         # book the request's uncached tokens on its worker until its prefill completes
         u = int(uncached[pick])
         self._prefill_tokens[pick] += u
+        self._prefill_arr[pick] += u
         self._booked[request.index] = (pick, u)
-        if self.active_blocks == "router":
-            full = tuple(request.hash_ids[:request.full_blocks])
-            self._active_len[pick] += self._book.add(pick, full)
-            self._active_booked[request.index] = (pick, full)
+        if full is not None:
+            self._active_len[pick] += self._book.add(pick, full[0], full[1])
+            self._active_booked[request.index] = (pick, full[0], full[1])
         return pick
 
     # -- router queue --------------------------------------------------------------------------
@@ -265,6 +290,7 @@ class KvAwareRouter(Router):
         """A failed replica's booked prefill tokens and active blocks are dropped."""
         if failed:
             self._prefill_tokens[replica] = 0
+            self._prefill_arr[replica] = 0
             self._book.drop_replica(replica)
             self._active_len[replica] = 0
             self._booked = {k: v for k, v in self._booked.items() if v[0] != replica}
@@ -274,13 +300,14 @@ class KvAwareRouter(Router):
         booked = self._booked.pop(request.index, None)
         if booked is not None:
             self._prefill_tokens[booked[0]] -= booked[1]
+            self._prefill_arr[booked[0]] -= booked[1]
         if self.queue:
             self._release_queue()
 
     def on_request_finished(self, request, replica: int) -> None:
         entry = self._active_booked.pop(request.index, None)
         if entry is not None:
-            self._active_len[entry[0]] -= self._book.remove(entry[0], entry[1])
+            self._active_len[entry[0]] -= self._book.remove(entry[0], entry[1], entry[2])
 
 
 __all__ = ["KvAwareRouter"]
