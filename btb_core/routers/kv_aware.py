@@ -44,6 +44,7 @@ served, each re-scored at release, when a prefill completes and some worker drop
 from __future__ import annotations
 
 import math
+from itertools import compress
 
 import numpy as np
 
@@ -137,10 +138,6 @@ class KvAwareRouter(Router):
         self.queued_total = 0
 
     # -- the cost function ---------------------------------------------------------------------
-    def _costs(self, request) -> tuple[np.ndarray, np.ndarray]:
-        """Per-replica logits (see :meth:`_score`) and uncached prompt tokens."""
-        return self._score(request)[:2]
-
     def _pieces(self, request) -> tuple[list, list]:
         """``(run starts, lengths)`` of the request's ids."""
         f = self._request_pieces
@@ -150,67 +147,72 @@ class KvAwareRouter(Router):
                 return pieces
         return stretches(request.hash_ids)
 
-    def _score(self, request) -> tuple[np.ndarray, np.ndarray, tuple]:
-        """Per-replica logits (blocks, lower is better; float64, shape ``(num_replicas,)``) and
-        uncached prompt tokens (int64, same shape).
+    def _inputs(self, request) -> tuple:
+        """What the logits of one request depend on: ``(isl, block tokens, ceil(isl / block),
+        overlaps, book matches, full blocks, pieces of the full blocks)``.
 
-        Vectorised over replicas: every operation is the same IEEE-754 double operation, in the
-        same order, as the scalar formula of the module docstring (integer terms are exact), so
-        the logits are bit-identical to computing them replica by replica. The overlaps come from
-        one walk of the view's holder index and the router-book matches from one walk of its own
-        book over the request's pieces; replicas absent from both score with overlap 0. Third
-        item: the pieces of the request's full blocks (what :meth:`select` books).
+        The overlaps (``{replica: blocks}``) come from one walk of the view's holder index and the
+        router-book matches from one walk of its own book over the request's pieces (book
+        matches and pieces None with ``active_blocks="engine"``); omitted replicas hold 0.
         """
-        v = self.view
-        n = v.num_replicas
         bt = request.block_tokens
         isl = int(request.input_length)
         starts, lens = self._pieces(request)
         nids = sum(lens)
-        req_blocks = math.ceil(isl / bt)
-        w = self.overlap_score_weight
         if self._cached_pieces is not None:
             found = self._cached_pieces(starts, lens, nids, self.overlap_tiers)
         else:
-            found = cached_blocks_all(v, request.hash_ids, self.overlap_tiers)
-        router_book = self.active_blocks == "router"
-        full = None
-        if router_book:
+            found = cached_blocks_all(self.view, request.hash_ids, self.overlap_tiers)
+        nfull, full, book = 0, None, None
+        if self.active_blocks == "router":
             nfull = min(request.full_blocks, nids)
             full = (starts, lens) if nfull == nids else leading_pieces(starts, lens, nfull)
             book = self._book.depths(*full)
-        if n <= _SCALAR_MAX:   # few replicas: the scalar formula beats numpy's per-call overhead
-            logits, uncached = [], []
-            sizes = self._book.sizes
-            for r in range(n):
-                overlap = min(found.get(r, 0), req_blocks)
-                u = max(0, isl - overlap * bt)
-                prefill_blocks = (self._prefill_tokens[r] + u) / bt
-                if router_book:
-                    decode_blocks = sizes[r] + nfull - book.get(r, 0)
-                else:
-                    decode_blocks = v.active_blocks(r) + (req_blocks - overlap)
-                logits.append(w * prefill_blocks + decode_blocks)
-                uncached.append(u)
-            return np.array(logits), np.array(uncached, np.int64), full
-        overlap = np.zeros(n, np.int64)
-        if found:
-            k = len(found)
-            overlap[np.fromiter(found, np.int64, k)] = np.minimum(
-                np.fromiter(found.values(), np.int64, k), req_blocks)
-        uncached = np.maximum(0, isl - overlap * bt)
-        # int64 sums stay exact (as Python ints) for any realistic token count
-        prefill_blocks = (self._prefill_arr + uncached) / bt
-        if router_book:
-            decode_blocks = self._active_len + nfull
-            if book:
-                k = len(book)
-                decode_blocks[np.fromiter(book, np.int64, k)] -= np.fromiter(book.values(),
-                                                                             np.int64, k)
+        return isl, bt, math.ceil(isl / bt), found, book, nfull, full
+
+    def _logit(self, r: int, isl, bt, req_blocks, found, book, nfull) -> tuple[float, int]:
+        """Replica ``r``'s logit and uncached prompt tokens: the formula of the module
+        docstring, one replica at a time."""
+        overlap = min(found.get(r, 0), req_blocks)
+        u = max(0, isl - overlap * bt)
+        prefill_blocks = (self._prefill_tokens[r] + u) / bt
+        if book is not None:
+            decode_blocks = self._book.sizes[r] + nfull - book.get(r, 0)
         else:
-            active = np.array([v.active_blocks(r) for r in range(n)], np.int64)
-            decode_blocks = active + (req_blocks - overlap)
-        return w * prefill_blocks + decode_blocks, uncached, full
+            decode_blocks = self.view.active_blocks(r) + (req_blocks - overlap)
+        return self.overlap_score_weight * prefill_blocks + decode_blocks, u
+
+    def _logits(self, request) -> tuple:
+        """``(logits, inputs)``: the logits as a list (few replicas) or a float64 array, and
+        :meth:`_inputs`.
+
+        With many replicas and the router's book, every replica that neither caches nor books
+        any of the request scores ``w * ((booked prefill + isl) / block) + (active + full
+        blocks)``, computed for all at once as float64 arrays (the same IEEE-754 double
+        operations, in the same order, as the scalar formula: integer terms are exact), and the
+        few replicas that do are then scored one by one. So the logits are bit-identical to the
+        scalar formula for every replica, at a cost that follows the replicas holding the prompt.
+        """
+        x = self._inputs(request)
+        args = x[:-1]
+        n = self.view.num_replicas
+        if n <= _SCALAR_MAX:   # few replicas: the scalar formula beats numpy's per-call overhead
+            return [self._logit(r, *args)[0] for r in range(n)], x
+        isl, bt, _, found, book, nfull = args
+        if book is None:       # the engine's active blocks: asked replica by replica
+            return np.array([self._logit(r, *args)[0] for r in range(n)]), x
+        logits = self.overlap_score_weight * ((self._prefill_arr + isl) / bt) + (
+            self._active_len + nfull)
+        for r in (found.keys() | book.keys() if book else found):
+            logits[r] = self._logit(r, *args)[0]
+        return logits, x
+
+    def _costs(self, request) -> tuple[np.ndarray, np.ndarray]:
+        """Per-replica logits (blocks, lower is better; float64, shape ``(num_replicas,)``) and
+        uncached prompt tokens (int64, same shape), replica by replica."""
+        args = self._inputs(request)[:-1]
+        both = [self._logit(r, *args) for r in range(self.view.num_replicas)]
+        return np.array([b[0] for b in both]), np.array([b[1] for b in both], np.int64)
 
     def logits(self, request) -> np.ndarray:
         """Per-replica cost, shape ``(num_replicas,)``, in blocks (lower is better)."""
@@ -233,18 +235,28 @@ class KvAwareRouter(Router):
             else:
                 sizes = [self.view.cached_block_count(r) for r in tied]
             low = min(sizes)
-            tied = [r for r, s in zip(tied, sizes) if s == low]
-            if len(tied) == 1:
-                return tied[0]
+            k = sizes.count(low)
+            if k == 1:
+                return tied[sizes.index(low)]
+            if k < len(tied):
+                tied = list(compress(tied, map(low.__eq__, sizes)))
         return tied[int(rng.integers(len(tied)))]
 
     def select(self, request) -> int:
         """Score the replicas, pick one and book the request there (prefill tokens, blocks)."""
-        logits, uncached, full = self._score(request)
+        logits, x = self._logits(request)
         cands = self.candidates()
-        restricted = len(cands) != len(logits)
+        n = len(logits)
+        restricted = len(cands) != n
         if self.router_temperature == 0.0:
-            if restricted:
+            if type(logits) is list:
+                if restricted:
+                    lo = min([logits[r] for r in cands])
+                    tied = [r for r in cands if logits[r] == lo]
+                else:
+                    lo = min(logits)
+                    tied = [r for r in range(n) if logits[r] == lo]
+            elif restricted:
                 idx = np.array(cands, np.int64)
                 sub = logits[idx]
                 tied = idx[sub == sub.min()].tolist()
@@ -252,6 +264,7 @@ class KvAwareRouter(Router):
                 tied = np.flatnonzero(logits == logits.min()).tolist()
             pick = tied[0] if len(tied) == 1 else self._break_tie(tied)
         else:
+            logits = np.asarray(logits)
             sub = logits[np.array(cands, np.int64)] if restricted else logits
             p = self.probabilities(sub)
             u = self.view.rng.random()
@@ -259,10 +272,11 @@ class KvAwareRouter(Router):
             if restricted:
                 pick = cands[pick]
         # book the request's uncached tokens on its worker until its prefill completes
-        u = int(uncached[pick])
+        u = self._logit(pick, *x[:-1])[1]
         self._prefill_tokens[pick] += u
         self._prefill_arr[pick] += u
         self._booked[request.index] = (pick, u)
+        full = x[-1]
         if full is not None:
             self._active_len[pick] += self._book.add(pick, full[0], full[1])
             self._active_booked[request.index] = (pick, full[0], full[1])

@@ -146,8 +146,9 @@ class ClusterView:
         return self._replicas[replica].cache.hbm_blocks
 
     def cached_block_count_all(self) -> list[int]:
-        """:meth:`cached_block_count` of every replica, a list indexed by replica (one call)."""
-        return [rep.cache.hbm_blocks for rep in self._replicas]
+        """:meth:`cached_block_count` of every replica, a list indexed by replica (one call;
+        the holder index keeps the totals)."""
+        return self._sim.holder_index.hbm_totals(self.num_replicas)
 
     def egress_backlog_s(self, replica: int) -> float:
         """Seconds, >= 0, until ``replica``'s egress NIC has finished every transfer already
