@@ -186,26 +186,32 @@ class KvAwareRouter(Router):
         """``(logits, inputs)``: the logits as a list (few replicas) or a float64 array, and
         :meth:`_inputs`.
 
-        With many replicas and the router's book, every replica that neither caches nor books
-        any of the request scores ``w * ((booked prefill + isl) / block) + (active + full
-        blocks)``, computed for all at once as float64 arrays (the same IEEE-754 double
-        operations, in the same order, as the scalar formula: integer terms are exact), and the
-        few replicas that do are then scored one by one. So the logits are bit-identical to the
-        scalar formula for every replica, at a cost that follows the replicas holding the prompt.
+        With many replicas and the router's book, the logits are computed for all replicas at
+        once as int64 / float64 arrays, the overlaps and book matches scattered in from their
+        dicts: every operation is the same IEEE-754 double operation, in the same order, as the
+        scalar formula (integer terms are exact), so the logits are bit-identical to it.
         """
         x = self._inputs(request)
         args = x[:-1]
         n = self.view.num_replicas
         if n <= _SCALAR_MAX:   # few replicas: the scalar formula beats numpy's per-call overhead
             return [self._logit(r, *args)[0] for r in range(n)], x
-        isl, bt, _, found, book, nfull = args
+        isl, bt, req_blocks, found, book, nfull = args
         if book is None:       # the engine's active blocks: asked replica by replica
             return np.array([self._logit(r, *args)[0] for r in range(n)]), x
-        logits = self.overlap_score_weight * ((self._prefill_arr + isl) / bt) + (
-            self._active_len + nfull)
-        for r in (found.keys() | book.keys() if book else found):
-            logits[r] = self._logit(r, *args)[0]
-        return logits, x
+        if found:             # uncached tokens: isl where nothing is cached
+            k = len(found)
+            uncached = np.full(n, isl, np.int64)
+            uncached[np.fromiter(found, np.int64, k)] = np.maximum(0, isl - np.minimum(
+                np.fromiter(found.values(), np.int64, k), req_blocks) * bt)
+            prefill_blocks = (self._prefill_arr + uncached) / bt
+        else:
+            prefill_blocks = (self._prefill_arr + isl) / bt
+        decode_blocks = self._active_len + nfull
+        if book:
+            k = len(book)
+            decode_blocks[np.fromiter(book, np.int64, k)] -= np.fromiter(book.values(), np.int64, k)
+        return self.overlap_score_weight * prefill_blocks + decode_blocks, x
 
     def _costs(self, request) -> tuple[np.ndarray, np.ndarray]:
         """Per-replica logits (blocks, lower is better; float64, shape ``(num_replicas,)``) and
