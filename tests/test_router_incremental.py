@@ -316,3 +316,27 @@ def test_run_book_falls_back_to_the_next_longest_piece():
     assert book.depths([10, 20], [2, 2]) == {0: 4, 1: 2}
     assert book.remove(0, [10, 20], [2, 2]) == 3
     assert book.held(0) == {10: 1} and book.runs == {10: {0: 1, 1: 2}}
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=st.lists(st.tuples(st.integers(0, 2), st.lists(st.integers(0, 2), min_size=1,
+                                                           max_size=8)), min_size=1, max_size=40),
+       capacity=st.integers(1, 12))
+def test_llm_d_remember_by_pieces_equals_block_by_block(ops, capacity):
+    """Interned chained paths (the simulator's ids): accessing a path a stretch of consecutive ids
+    at a time (bulk inserts, bulk moves) leaves every replica's LRU in the same order, with the
+    same holder masks and evictions, as accessing it id by id."""
+    from btb_core.routers.holder_sets import stretches
+    from btb_core.routers.llm_d import LlmDRouter
+
+    paths = interned([chain(p) for _, p in ops])
+    fast, slow = LlmDRouter(lru_capacity_blocks=capacity), LlmDRouter(lru_capacity_blocks=capacity)
+    fast.reset(_View())
+    slow.reset(_View())
+    for (r, _), ids in zip(ops, paths):
+        fast._remember_pieces(r, stretches(ids))
+        slow._remember(r, ids)
+        assert [list(x) for x in fast._lru] == [list(x) for x in slow._lru]
+        assert fast._lru_holders == slow._lru_holders
+        for q in paths:
+            assert fast._approx_matches(iter(q)) == slow._approx_matches(q)

@@ -34,7 +34,7 @@ total and breaks ties uniformly at random with ``view.rng`` (the max-score picke
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from itertools import accumulate, repeat, takewhile
+from itertools import accumulate, chain, repeat, takewhile
 from operator import and_
 
 import numpy as np
@@ -42,7 +42,7 @@ import numpy as np
 from ..errors import ConfigError
 from .base import Router, cached_blocks_all, kv_usage_all, queue_length_all
 from .cache_aware import parse_tiers
-from .holder_sets import nested_depths
+from .holder_sets import leading_pieces, nested_depths
 from .params import RouterParam, check_range
 
 class LlmDRouter(Router):
@@ -130,22 +130,47 @@ class LlmDRouter(Router):
         self._active: dict[int, int] = {}                # request index -> replica
         self._active_order: deque = deque()              # (dispatch time, request index)
         self._sync_log = None                            # routed blocks since the last exchange
+        # the simulator's view hands over a request's pieces of chained ids (no id repeats)
+        self._request_pieces = getattr(view, "request_pieces", None)
+        self._cached_pieces = getattr(view, "cached_blocks_all_pieces", None)
 
     def _prefix_blocks(self, request) -> tuple:
         return tuple(request.hash_ids[:min(request.full_blocks, self.max_prefix_blocks)])
 
-    def scores(self, request, blocks: tuple | None = None) -> np.ndarray:
+    def _prefix_pieces(self, request):
+        """Pieces ``(starts, lens)`` of the request's prefix blocks (:meth:`_prefix_blocks`) when
+        the view hands over the request's pieces, else None."""
+        f = self._request_pieces
+        if f is None:
+            return None
+        pieces = f(request)
+        if pieces is None:
+            return None
+        n = min(request.full_blocks, self.max_prefix_blocks)
+        starts, lens = pieces
+        if n >= sum(lens):
+            return pieces
+        return leading_pieces(starts, lens, n)
+
+    def scores(self, request, blocks: tuple | None = None, pieces=None) -> np.ndarray:
         """Per-replica scorer values, shape ``(num_replicas, 5)``: prefix, queue, KV, load-aware,
-        active-request, each in [0, 1] (unweighted). ``blocks``: the request's prefix blocks, if
-        already computed."""
+        active-request, each in [0, 1] (unweighted). ``blocks``: the request's prefix blocks, or
+        ``pieces``: their ``(starts, lens)`` (of chained ids), if already computed."""
         v = self.view
         n = v.num_replicas
-        if blocks is None:
+        if pieces is None and blocks is None:
             blocks = self._prefix_blocks(request)
         out = np.zeros((n, 5))
-        if blocks:
-            nb = len(blocks)
-            if self.prefix_mode == "approx":
+        nb = sum(pieces[1]) if pieces is not None else len(blocks)
+        if nb:
+            if pieces is not None:
+                if self.prefix_mode == "approx":
+                    matches = self._approx_matches(_ids_of(pieces))
+                elif self._cached_pieces is not None:
+                    matches = self._cached_pieces(pieces[0], pieces[1], nb, self.kv_event_tiers)
+                else:
+                    matches = cached_blocks_all(v, tuple(_ids_of(pieces)), self.kv_event_tiers)
+            elif self.prefix_mode == "approx":
                 matches = self._approx_matches(blocks)
             else:
                 matches = cached_blocks_all(v, blocks, self.kv_event_tiers)
@@ -166,9 +191,9 @@ class LlmDRouter(Router):
             out[:, 4] = [1.0 if c == 0 else (cmax - c) / cmax for c in counts]
         return out
 
-    def _approx_matches(self, blocks: tuple) -> dict[int, int]:
+    def _approx_matches(self, blocks) -> dict[int, int]:
         """``{replica: leading blocks of blocks in its approximate index}`` for replicas matching
-        at least one.
+        at least one (``blocks``: a sequence, or an iterator of ids).
 
         An LRU index is not prefix-closed (it drops a path's oldest, i.e. leading, blocks first),
         so the holder masks along the blocks are intersected: a running AND, stopped at the first
@@ -176,10 +201,7 @@ class LlmDRouter(Router):
         replica's match is where its bit leaves them, found by bisection.
         """
         holders = self._lru_holders
-        if not holders.get(blocks[0]):
-            return {}
-        acc = list(takewhile(bool, accumulate(map(holders.get, blocks, repeat(0, len(blocks))),
-                                              and_)))
+        acc = list(takewhile(bool, accumulate(map(holders.get, blocks, repeat(0)), and_)))
         return nested_depths(acc)
 
     def _expire_active(self) -> None:
@@ -192,8 +214,9 @@ class LlmDRouter(Router):
                 self._active_counts[r] -= 1
 
     def route(self, request) -> int:
-        blocks = self._prefix_blocks(request)
-        scores = self.scores(request, blocks)
+        pieces = self._prefix_pieces(request)
+        blocks = self._prefix_blocks(request) if pieces is None else None
+        scores = self.scores(request, blocks, pieces)
         # the three default scorers alone when the extra two are off (same sums as before)
         total = (scores @ self._weights if self._extra else scores[:, :3] @ self._weights[:3])
         cands = self.candidates()
@@ -204,7 +227,12 @@ class LlmDRouter(Router):
         tied = np.flatnonzero(total == total.max())
         replica = int(tied[0]) if len(tied) == 1 else int(tied[self.view.rng.integers(len(tied))])
         if self.prefix_mode == "approx":
-            self._remember(replica, blocks)
+            if pieces is None:
+                self._remember(replica, blocks)
+            else:
+                self._remember_pieces(replica, pieces)
+                if self._sync_log is not None:
+                    blocks = tuple(_ids_of(pieces))
             if self._sync_log is not None:
                 self._sync_log.append((replica, blocks))
         if self.weights[4]:
@@ -225,9 +253,55 @@ class LlmDRouter(Router):
             else:
                 lru[h] = None
                 holders[h] = holders.get(h, 0) | bit
-        while len(lru) > self.lru_capacity_blocks:
-            h, _ = lru.popitem(last=False)
-            self._drop_holder(h, replica)
+        self._evict(replica)
+
+    def _remember_pieces(self, replica: int, pieces) -> None:
+        """:meth:`_remember` of the ids of ``pieces`` (chained ids, none repeated), a stretch of
+        consecutive ids at a time: the ids a stretch finds all absent enter in C-level bulk
+        updates (with their holder bits, in one update when no replica holds them), ids all
+        present move to the recent end in one C-level pass, and a mixed stretch goes id by id;
+        the resulting order is the id-by-id one (absent ids append, present ids move to the
+        end, in path order)."""
+        lru = self._lru[replica]
+        holders = self._lru_holders
+        bit = 1 << replica
+        contains = lru.__contains__
+        for s, ln in zip(*pieces):
+            ids = range(s, s + ln)
+            if not lru or not any(map(contains, ids)):
+                lru.update(dict.fromkeys(ids))
+                if holders.keys().isdisjoint(ids):
+                    holders.update(dict.fromkeys(ids, bit))
+                else:
+                    get = holders.get
+                    for h in ids:
+                        holders[h] = get(h, 0) | bit
+            elif all(map(contains, ids)):
+                deque(map(lru.move_to_end, ids), 0)
+            else:
+                for h in ids:
+                    if h in lru:
+                        lru.move_to_end(h)
+                    else:
+                        lru[h] = None
+                        holders[h] = holders.get(h, 0) | bit
+        self._evict(replica)
+
+    def _evict(self, replica: int) -> None:
+        """Drop ``replica``'s least recently used blocks beyond the capacity."""
+        lru = self._lru[replica]
+        over = len(lru) - self.lru_capacity_blocks
+        if over > 0:
+            holders = self._lru_holders
+            keep = ~(1 << replica)
+            pop = lru.popitem
+            for _ in range(over):
+                h = pop(last=False)[0]
+                m = holders[h] & keep
+                if m:
+                    holders[h] = m
+                else:
+                    del holders[h]
 
     def _drop_holder(self, block, replica: int) -> None:
         m = self._lru_holders[block] & ~(1 << replica)
@@ -257,6 +331,11 @@ class LlmDRouter(Router):
         r = self._active.pop(request.index, None)
         if r is not None:
             self._active_counts[r] -= 1
+
+
+def _ids_of(pieces):
+    """The ids of ``(starts, lens)`` pieces, in order (an iterator)."""
+    return chain.from_iterable(map(range, pieces[0], map(int.__add__, pieces[0], pieces[1])))
 
 
 __all__ = ["LlmDRouter"]
