@@ -258,8 +258,9 @@ class LlmDRouter(Router):
     def _remember_pieces(self, replica: int, pieces) -> None:
         """:meth:`_remember` of the ids of ``pieces`` (chained ids, none repeated), a stretch of
         consecutive ids at a time: the ids a stretch finds all absent enter in C-level bulk
-        updates (with their holder bits, in one update when no replica holds them), ids all
-        present move to the recent end in one C-level pass, and a mixed stretch goes id by id;
+        updates (with their holder bits, in one update when no replica holds them), present ids
+        move to the recent end in one C-level pass up to the first absent one, and the rest of a
+        mixed stretch goes id by id;
         the resulting order is the id-by-id one (absent ids append, present ids move to the
         end, in path order)."""
         lru = self._lru[replica]
@@ -268,7 +269,13 @@ class LlmDRouter(Router):
         contains = lru.__contains__
         for s, ln in zip(*pieces):
             ids = range(s, s + ln)
-            if not lru or not any(map(contains, ids)):
+            if s in lru:              # move the present ids until the first absent one
+                try:
+                    deque(map(lru.move_to_end, ids), 0)
+                    continue
+                except KeyError as missing:
+                    ids = range(missing.args[0], s + ln)
+            if not any(map(contains, ids)):
                 lru.update(dict.fromkeys(ids))
                 if holders.keys().isdisjoint(ids):
                     holders.update(dict.fromkeys(ids, bit))
@@ -276,8 +283,6 @@ class LlmDRouter(Router):
                     get = holders.get
                     for h in ids:
                         holders[h] = get(h, 0) | bit
-            elif all(map(contains, ids)):
-                deque(map(lru.move_to_end, ids), 0)
             else:
                 for h in ids:
                     if h in lru:
