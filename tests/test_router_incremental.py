@@ -321,11 +321,13 @@ def test_run_book_falls_back_to_the_next_longest_piece():
 @settings(max_examples=300, deadline=None)
 @given(ops=st.lists(st.tuples(st.integers(0, 2), st.lists(st.integers(0, 2), min_size=1,
                                                            max_size=8)), min_size=1, max_size=40),
-       capacity=st.integers(1, 12))
-def test_llm_d_remember_by_pieces_equals_block_by_block(ops, capacity):
+       capacity=st.integers(1, 12), fail_every=st.integers(2, 50))
+def test_llm_d_remember_by_pieces_equals_block_by_block(ops, capacity, fail_every):
     """Interned chained paths (the simulator's ids): accessing a path a stretch of consecutive ids
     at a time (bulk inserts, bulk moves) leaves every replica's LRU in the same order, with the
-    same holder masks and evictions, as accessing it id by id."""
+    same evictions, as accessing it id by id; the per-run leading parts are exactly the ids each
+    LRU holds contiguously from each run's start, and the matches from them equal the per-id
+    running AND."""
     from btb_core.routers.holder_sets import stretches
     from btb_core.routers.llm_d import LlmDRouter
 
@@ -333,10 +335,40 @@ def test_llm_d_remember_by_pieces_equals_block_by_block(ops, capacity):
     fast, slow = LlmDRouter(lru_capacity_blocks=capacity), LlmDRouter(lru_capacity_blocks=capacity)
     fast.reset(_View())
     slow.reset(_View())
-    for (r, _), ids in zip(ops, paths):
+    fast._by_pieces = True                   # as on the simulator's view
+    for i, ((r, _), ids) in enumerate(zip(ops, paths)):
+        if i % fail_every == fail_every - 1:  # now and then a replica fails: its index is gone
+            fast.on_replica_removed(r, True)
+            slow.on_replica_removed(r, True)
         fast._remember_pieces(r, stretches(ids))
         slow._remember(r, ids)
         assert [list(x) for x in fast._lru] == [list(x) for x in slow._lru]
-        assert fast._lru_holders == slow._lru_holders
+        want = {}
+        for s, lru in enumerate(fast._lru):     # id -> its run's start
+            for h, run in lru.items():
+                if h == run:                    # a run's first id: count the ids after it
+                    k = h
+                    while lru.get(k) == run:
+                        k += 1
+                    want.setdefault(run, {})[s] = k - run
+        assert fast._lead == want
         for q in paths:
-            assert fast._approx_matches(iter(q)) == slow._approx_matches(q)
+            assert fast._lead_matches(stretches(q)) == slow._approx_matches(q)
+
+
+def test_llm_d_lead_after_an_evicted_first_id():
+    """Run 0 (ids 0-4) accessed, its first id evicted (ids 1-4 stay, the oldest), then its first
+    two ids accessed again: id 0 enters, so the oldest, id 2, leaves: 2 ids match, not 5."""
+    from btb_core.routers.llm_d import LlmDRouter
+
+    router = LlmDRouter(lru_capacity_blocks=7)
+    router.reset(_View())
+    router._remember_pieces(0, ([0], [5]))
+    router._remember_pieces(0, ([5], [3]))            # 8 ids: id 0 is evicted
+    assert list(router._lru[0]) == [1, 2, 3, 4, 5, 6, 7]
+    assert router._lead == {5: {0: 3}}
+    assert router._lead_matches(([0], [5])) == {}
+    router._remember_pieces(0, ([0], [2]))            # id 0 back, id 1 moved, id 2 evicted
+    assert list(router._lru[0]) == [3, 4, 5, 6, 7, 0, 1]
+    assert router._lead == {5: {0: 3}, 0: {0: 2}}
+    assert router._lead_matches(([0], [5])) == {0: 2}

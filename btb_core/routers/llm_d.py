@@ -42,7 +42,7 @@ import numpy as np
 from ..errors import ConfigError
 from .base import Router, cached_blocks_all, kv_usage_all, queue_length_all
 from .cache_aware import parse_tiers
-from .holder_sets import leading_pieces, nested_depths
+from .holder_sets import leading_pieces, nested_depths, stretches
 from .params import RouterParam, check_range
 
 class LlmDRouter(Router):
@@ -130,8 +130,12 @@ class LlmDRouter(Router):
         self._active: dict[int, int] = {}                # request index -> replica
         self._active_order: deque = deque()              # (dispatch time, request index)
         self._sync_log = None                            # routed blocks since the last exchange
-        # the simulator's view hands over a request's pieces of chained ids (no id repeats)
+        # the simulator's view hands over a request's pieces of chained ids (no id repeats): the
+        # index is then kept by pieces, with run start -> {replica: leading ids of the run in its
+        # LRU} instead of the per-id holder masks
         self._request_pieces = getattr(view, "request_pieces", None)
+        self._by_pieces = self._request_pieces is not None
+        self._lead: dict[int, dict[int, int]] = {}
         self._cached_pieces = getattr(view, "cached_blocks_all_pieces", None)
 
     def _prefix_blocks(self, request) -> tuple:
@@ -158,14 +162,18 @@ class LlmDRouter(Router):
         ``pieces``: their ``(starts, lens)`` (of chained ids), if already computed."""
         v = self.view
         n = v.num_replicas
-        if pieces is None and blocks is None:
-            blocks = self._prefix_blocks(request)
+        if pieces is None:
+            if self._by_pieces:                    # the index is kept by pieces
+                pieces = (self._prefix_pieces(request) if blocks is None
+                          else stretches(tuple(blocks)))
+            elif blocks is None:
+                blocks = self._prefix_blocks(request)
         out = np.zeros((n, 5))
         nb = sum(pieces[1]) if pieces is not None else len(blocks)
         if nb:
             if pieces is not None:
                 if self.prefix_mode == "approx":
-                    matches = self._approx_matches(_ids_of(pieces))
+                    matches = self._lead_matches(pieces)
                 elif self._cached_pieces is not None:
                     matches = self._cached_pieces(pieces[0], pieces[1], nb, self.kv_event_tiers)
                 else:
@@ -257,40 +265,99 @@ class LlmDRouter(Router):
 
     def _remember_pieces(self, replica: int, pieces) -> None:
         """:meth:`_remember` of the ids of ``pieces`` (chained ids, none repeated), a stretch of
-        consecutive ids at a time: the ids a stretch finds all absent enter in C-level bulk
-        updates (with their holder bits, in one update when no replica holds them), present ids
-        move to the recent end in one C-level pass up to the first absent one, and the rest of a
-        mixed stretch goes id by id;
-        the resulting order is the id-by-id one (absent ids append, present ids move to the
-        end, in path order)."""
+        consecutive ids at a time, with the same resulting LRU order (absent ids append, present
+        ids move to the recent end, in path order): present ids move in one C-level pass up to
+        the first absent one, a rest that is all absent enters in one C-level update, and a
+        mixed rest goes id by id. Each id enters with its run's start as its value.
+
+        Instead of per-id holder masks, keeps per run the replicas whose LRU holds a leading part
+        of it (:attr:`_lead`): an access makes the piece's ids present, so the leading part
+        grows to the piece; an eviction cuts it at the evicted id. (A run's ids after a gap are
+        the LRU's oldest: its accesses stamp leading parts, so its later ids are older, and it
+        lost the gap's id only at capacity, evicting from the oldest end. An access that fills
+        the gap enters an id, so it evicts the id just after the piece first, and the leading
+        part never runs on past the piece; tests/test_router_incremental.py checks the parts
+        against the LRU contents.)
+        """
         lru = self._lru[replica]
-        holders = self._lru_holders
-        bit = 1 << replica
+        lead = self._lead
         contains = lru.__contains__
         for s, ln in zip(*pieces):
             ids = range(s, s + ln)
             if s in lru:              # move the present ids until the first absent one
                 try:
                     deque(map(lru.move_to_end, ids), 0)
-                    continue
+                    ids = None
                 except KeyError as missing:
                     ids = range(missing.args[0], s + ln)
-            if not any(map(contains, ids)):
-                lru.update(dict.fromkeys(ids))
-                if holders.keys().isdisjoint(ids):
-                    holders.update(dict.fromkeys(ids, bit))
+            if ids is not None:
+                if not any(map(contains, ids)):
+                    lru.update(dict.fromkeys(ids, s))
                 else:
-                    get = holders.get
                     for h in ids:
-                        holders[h] = get(h, 0) | bit
-            else:
-                for h in ids:
-                    if h in lru:
-                        lru.move_to_end(h)
+                        if h in lru:
+                            lru.move_to_end(h)
+                        else:
+                            lru[h] = s
+            d = lead.get(s)
+            if d is None:
+                lead[s] = {replica: ln}
+            elif d.get(replica, 0) < ln:
+                d[replica] = ln
+        over = len(lru) - self.lru_capacity_blocks
+        if over > 0:
+            pop = lru.popitem
+            for _ in range(over):
+                h, s = pop(last=False)
+                d = lead.get(s)
+                j = h - s
+                if d is not None and j < d.get(replica, 0):
+                    if j:
+                        d[replica] = j
                     else:
-                        lru[h] = None
-                        holders[h] = holders.get(h, 0) | bit
-        self._evict(replica)
+                        del d[replica]
+                        if not d:
+                            del lead[s]
+
+    def _lead_matches(self, pieces) -> dict[int, int]:
+        """``{replica: leading ids of the path of pieces in its LRU}`` for the replicas holding
+        at least one, from the per-run leading parts (:meth:`_remember_pieces`): one walk over
+        the pieces, visiting at each only the replicas that held every earlier piece whole."""
+        out: dict[int, int] = {}
+        starts, lens = pieces
+        if not starts:
+            return out
+        lead = self._lead
+        d = lead.get(starts[0])
+        if not d:
+            return out
+        ln = lens[0]
+        alive = []
+        for r, c in d.items():
+            if c >= ln:
+                alive.append(r)
+            else:
+                out[r] = c
+        pos = ln
+        for k in range(1, len(starts)):
+            if not alive:
+                return out
+            d = lead.get(starts[k])
+            if not d:
+                break
+            ln = lens[k]
+            nxt = []
+            for r in alive:
+                c = d.get(r, 0)
+                if c >= ln:
+                    nxt.append(r)
+                else:
+                    out[r] = pos + c
+            alive = nxt
+            pos += ln
+        for r in alive:
+            out[r] = pos
+        return out
 
     def _evict(self, replica: int) -> None:
         """Drop ``replica``'s least recently used blocks beyond the capacity."""
@@ -324,13 +391,24 @@ class LlmDRouter(Router):
 
     def apply_index_updates(self, updates: list) -> None:
         for replica, blocks in updates:
-            self._remember(replica, blocks)
+            if self._by_pieces:
+                self._remember_pieces(replica, stretches(blocks))
+            else:
+                self._remember(replica, blocks)
 
     def on_replica_removed(self, replica: int, failed: bool) -> None:
         if failed:
-            for h in self._lru[replica]:
-                self._drop_holder(h, replica)
-            self._lru[replica].clear()
+            lru = self._lru[replica]
+            if self._by_pieces:                      # kept by pieces: values are run starts
+                lead = self._lead
+                for s in set(lru.values()):
+                    d = lead.get(s)
+                    if d is not None and d.pop(replica, None) is not None and not d:
+                        del lead[s]
+            else:
+                for h in lru:
+                    self._drop_holder(h, replica)
+            lru.clear()
 
     def on_request_finished(self, request, replica: int) -> None:
         r = self._active.pop(request.index, None)

@@ -1,4 +1,4 @@
-"""``kv_aware`` against a plain reference (issue 14): the router's book kept per block run, the
+"""``kv_aware`` and ``llm_d`` against plain references (issue 14): the router's book kept per block run, the
 overlaps from the holder index, the logits of replicas holding nothing in one numpy expression,
 the tie-breaks in list operations; the reference below computes the module docstring's formula
 replica by replica, with a refcount per block id and one ``cached_blocks`` call per replica.
@@ -16,6 +16,7 @@ import pytest
 from btb_core.bursted_shaped import bursted_shaped_trace
 from btb_core.routers import Router
 from btb_core.routers.kv_aware import KvAwareRouter
+from btb_core.routers.llm_d import LlmDRouter
 from btb_core.sim import ClusterConfig, simulate
 from btb_core.sim.cluster import ClusterEvent
 
@@ -141,3 +142,32 @@ def test_kv_aware_equals_the_plain_formula_with_events_and_lag(replicas):
         slow = simulate(trace, PlainKvAware(**ref_kw), cluster, seed=2, events=events,
                         kv_event_lag_s=0.3)
         assert fast.requests.equals(slow.requests), kw
+
+
+# -- llm_d: the index kept by pieces against the id-by-id index -----------------------------------
+class _BlockByBlockLlmD(LlmDRouter):
+    """llm_d as on a view that hands over no pieces: the id tuple, the per-id LRU and holder
+    masks, the running-AND match (the rules the pieces path must reproduce)."""
+
+    def reset(self, view):
+        super().reset(view)
+        self._request_pieces = None
+        self._cached_pieces = None
+        self._by_pieces = False
+
+
+@pytest.mark.parametrize("kw", [{}, {"lru_capacity_blocks": 40, "max_prefix_blocks": 30},
+                                {"lru_capacity_blocks": 64, "active_request_weight": 1.0},
+                                {"prefix_mode": "kv_events"}])
+def test_llm_d_by_pieces_replays_equal_block_by_block(kw):
+    """Small LRUs (evictions), a capped prefix, a failed and an added replica, a lagged view."""
+    trace = bursted_shaped_trace(windows=1).rows(0, 600)
+    t = float(trace.arrival_s[300])
+    events = [ClusterEvent(t, "fail", 1), ClusterEvent(t + 5.0, "add", 12)]
+    cluster = ClusterConfig.from_setup("70b_h100x4", num_replicas=12)
+    for lag in (0.0, 0.3):
+        fast = simulate(trace, LlmDRouter(**kw), cluster, seed=4, events=events,
+                        kv_event_lag_s=lag)
+        slow = simulate(trace, _BlockByBlockLlmD(**kw), cluster, seed=4, events=events,
+                        kv_event_lag_s=lag)
+        assert fast.requests.equals(slow.requests), (kw, lag)
