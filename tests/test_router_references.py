@@ -118,7 +118,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("replicas", [3, 12])
+@pytest.mark.parametrize("replicas", [3, 12, 100])
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_kv_aware_replays_equal_the_plain_formula(replicas, case):
     kw, ref_kw = CASES[case]
@@ -129,7 +129,7 @@ def test_kv_aware_replays_equal_the_plain_formula(replicas, case):
     assert fast.requests.equals(slow.requests)
 
 
-@pytest.mark.parametrize("replicas", [3, 12])
+@pytest.mark.parametrize("replicas", [3, 12, 100])
 def test_kv_aware_equals_the_plain_formula_with_events_and_lag(replicas):
     """A replica fails and one joins (restricted candidates, a dropped book), on a lagged view."""
     trace = bursted_shaped_trace(windows=1).rows(0, 500)

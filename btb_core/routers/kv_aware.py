@@ -55,8 +55,12 @@ from .cache_aware import parse_tiers
 from .params import RouterParam, check_range
 
 
-#: Up to this many replicas the logits are computed replica by replica (same values as numpy's).
-_SCALAR_MAX = 8
+#: Up to this many replicas the logits are computed in list operations (the same values as numpy's;
+#: faster up to ~100 replicas, measured on the Bursted-shaped trace).
+_SCALAR_MAX = 96
+
+#: More tied replicas than this read every replica's tree size in one view call.
+_FEW_TIED = 8
 
 
 class KvAwareRouter(Router):
@@ -194,11 +198,21 @@ class KvAwareRouter(Router):
         x = self._inputs(request)
         args = x[:-1]
         n = self.view.num_replicas
-        if n <= _SCALAR_MAX:   # few replicas: the scalar formula beats numpy's per-call overhead
-            return [self._logit(r, *args)[0] for r in range(n)], x
         isl, bt, req_blocks, found, book, nfull = args
         if book is None:       # the engine's active blocks: asked replica by replica
-            return np.array([self._logit(r, *args)[0] for r in range(n)]), x
+            logits = [self._logit(r, *args)[0] for r in range(n)]
+            return (logits if n <= _SCALAR_MAX else np.array(logits)), x
+        if n <= _SCALAR_MAX:   # the scalar formula in list operations beats numpy's call overhead
+            uncached = [isl] * n           # isl where nothing is cached
+            for r, ov in found.items():
+                u = isl - (ov if ov < req_blocks else req_blocks) * bt
+                uncached[r] = u if u > 0 else 0
+            matched = [0] * n
+            for r, k in book.items():
+                matched[r] = k
+            w = self.overlap_score_weight
+            return [w * ((p + u) / bt) + (a + nfull - b) for p, u, a, b in
+                    zip(self._prefill_tokens, uncached, self._book.sizes, matched)], x
         if found:             # uncached tokens: isl where nothing is cached
             k = len(found)
             uncached = np.full(n, isl, np.int64)
@@ -236,7 +250,7 @@ class KvAwareRouter(Router):
     def _break_tie(self, tied: list[int]) -> int:
         rng = self.view.rng
         if self.tie_break == "tree_size":
-            if len(tied) > _SCALAR_MAX:   # many tied: one call for every replica's tree size
+            if len(tied) > _FEW_TIED:     # many tied: one call for every replica's tree size
                 sizes = list(map(cached_block_count_all(self.view).__getitem__, tied))
             else:
                 sizes = [self.view.cached_block_count(r) for r in tied]
