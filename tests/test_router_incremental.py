@@ -332,6 +332,7 @@ def test_llm_d_remember_by_pieces_equals_block_by_block(ops, capacity, fail_ever
     from btb_core.routers.llm_d import LlmDRouter
 
     paths = interned([chain(p) for _, p in ops])
+    runs = sorted({s for ids in paths for s in stretches(ids)[0]})
     fast, slow = LlmDRouter(lru_capacity_blocks=capacity), LlmDRouter(lru_capacity_blocks=capacity)
     fast.reset(_View())
     slow.reset(_View())
@@ -342,14 +343,15 @@ def test_llm_d_remember_by_pieces_equals_block_by_block(ops, capacity, fail_ever
             slow.on_replica_removed(r, True)
         fast._remember_pieces(r, stretches(ids))
         slow._remember(r, ids)
-        assert [list(x) for x in fast._lru] == [list(x) for x in slow._lru]
+        assert [fast.lru_blocks(s) for s in range(3)] == [list(x) for x in slow._lru]
+        assert fast._size == [len(x) for x in slow._lru]
         want = {}
-        for s, lru in enumerate(fast._lru):     # id -> its run's start
-            for h, run in lru.items():
-                if h == run:                    # a run's first id: count the ids after it
-                    k = h
-                    while lru.get(k) == run:
-                        k += 1
+        for s, lru in enumerate(slow._lru):
+            for run in runs:                 # its leading part: ids held from the run's start
+                k = run
+                while k in lru and (k == run or k not in runs):
+                    k += 1
+                if k > run:
                     want.setdefault(run, {})[s] = k - run
         assert fast._lead == want
         for q in paths:
@@ -363,12 +365,13 @@ def test_llm_d_lead_after_an_evicted_first_id():
 
     router = LlmDRouter(lru_capacity_blocks=7)
     router.reset(_View())
+    router._by_pieces = True
     router._remember_pieces(0, ([0], [5]))
     router._remember_pieces(0, ([5], [3]))            # 8 ids: id 0 is evicted
-    assert list(router._lru[0]) == [1, 2, 3, 4, 5, 6, 7]
+    assert router.lru_blocks(0) == [1, 2, 3, 4, 5, 6, 7]
     assert router._lead == {5: {0: 3}}
     assert router._lead_matches(([0], [5])) == {}
     router._remember_pieces(0, ([0], [2]))            # id 0 back, id 1 moved, id 2 evicted
-    assert list(router._lru[0]) == [3, 4, 5, 6, 7, 0, 1]
+    assert router.lru_blocks(0) == [3, 4, 5, 6, 7, 0, 1]
     assert router._lead == {5: {0: 3}, 0: {0: 2}}
     assert router._lead_matches(([0], [5])) == {0: 2}

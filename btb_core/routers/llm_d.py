@@ -136,6 +136,13 @@ class LlmDRouter(Router):
         self._request_pieces = getattr(view, "request_pieces", None)
         self._by_pieces = self._request_pieces is not None
         self._lead: dict[int, dict[int, int]] = {}
+        n = view.num_replicas
+        #: per replica: segment id -> [run start, lo, hi, id], least recently used first
+        self._segs = [OrderedDict() for _ in range(n)]
+        #: per replica: run start -> its segments by offset (newest first)
+        self._run_segs: list[dict] = [dict() for _ in range(n)]
+        self._size = [0] * n                             # ids per replica (by pieces)
+        self._next_seg = 0
         self._cached_pieces = getattr(view, "cached_blocks_all_pieces", None)
 
     def _prefix_blocks(self, request) -> tuple:
@@ -148,8 +155,8 @@ class LlmDRouter(Router):
         if f is None:
             return None
         pieces = f(request)
-        if pieces is None:
-            return None
+        if pieces is None:       # not a root path of the trace: its stretches of ids
+            return stretches(self._prefix_blocks(request))
         n = min(request.full_blocks, self.max_prefix_blocks)
         starts, lens = pieces
         if n >= sum(lens):
@@ -264,60 +271,95 @@ class LlmDRouter(Router):
         self._evict(replica)
 
     def _remember_pieces(self, replica: int, pieces) -> None:
-        """:meth:`_remember` of the ids of ``pieces`` (chained ids, none repeated), a stretch of
-        consecutive ids at a time, with the same resulting LRU order (absent ids append, present
-        ids move to the recent end, in path order): present ids move in one C-level pass up to
-        the first absent one, a rest that is all absent enters in one C-level update, and a
-        mixed rest goes id by id. Each id enters with its run's start as its value.
+        """:meth:`_remember` of the ids of ``pieces`` (chained ids, none repeated), kept as
+        *segments* instead of one LRU entry per id, with the same LRU order and evictions.
 
-        Instead of per-id holder masks, keeps per run the replicas whose LRU holds a leading part
-        of it (:attr:`_lead`): an access makes the piece's ids present, so the leading part
-        grows to the piece; an eviction cuts it at the evicted id. (A run's ids after a gap are
-        the LRU's oldest: its accesses stamp leading parts, so its later ids are older, and it
-        lost the gap's id only at capacity, evicting from the oldest end. An access that fills
-        the gap enters an id, so it evicts the id just after the piece first, and the leading
-        part never runs on past the piece; tests/test_router_incremental.py checks the parts
-        against the LRU contents.)
+        An access of a piece ``[s, s + ln)`` puts its ids at the recent end in id order, so the
+        LRU is a sequence of segments ``[s + lo, s + hi)`` of one run each, in access order, a
+        segment's ids in id order (:attr:`_segs`). A run's accesses are leading parts, so its
+        later ids were accessed earlier: its segments, ordered by offset, go from newest to
+        oldest (:attr:`_run_segs`), and an access of ``[0, ln)`` takes over the segments below
+        ``ln`` (dropped, or cut to start at ``ln``) and appends one new segment. Evicting the
+        oldest ids cuts the oldest segment from its low end. Per run, the replicas whose LRU holds
+        a leading part of it (:attr:`_lead`) follow from its segments: the chain of adjacent
+        segments from offset 0. Cost per access: the run's few segments, not its ids.
         """
-        lru = self._lru[replica]
+        segs = self._segs[replica]
+        run_segs = self._run_segs[replica]
         lead = self._lead
-        contains = lru.__contains__
+        size = self._size[replica]
         for s, ln in zip(*pieces):
-            ids = range(s, s + ln)
-            if s in lru:              # move the present ids until the first absent one
-                try:
-                    deque(map(lru.move_to_end, ids), 0)
-                    ids = None
-                except KeyError as missing:
-                    ids = range(missing.args[0], s + ln)
-            if ids is not None:
-                if not any(map(contains, ids)):
-                    lru.update(dict.fromkeys(ids, s))
+            old = run_segs.get(s)
+            sid = self._next_seg
+            self._next_seg = sid + 1
+            seg = [s, 0, ln, sid]
+            segs[sid] = seg
+            size += ln
+            if old is None:
+                run_segs[s] = [seg]
+                d = lead.get(s)
+                if d is None:
+                    lead[s] = {replica: ln}
                 else:
-                    for h in ids:
-                        if h in lru:
-                            lru.move_to_end(h)
-                        else:
-                            lru[h] = s
+                    d[replica] = ln
+                continue
+            keep = [seg]
+            for o in old:               # by offset, newest first
+                lo, hi = o[1], o[2]
+                if hi <= ln:            # all its ids move to the new segment
+                    size -= hi - lo
+                    del segs[o[3]]
+                elif lo < ln:           # its ids below ln move
+                    size -= ln - lo
+                    o[1] = ln
+                    keep.append(o)
+                else:
+                    keep.append(o)
+            run_segs[s] = keep
+            k = ln                      # the leading part: adjacent segments from offset 0
+            for o in keep[1:]:
+                if o[1] != k:
+                    break
+                k = o[2]
             d = lead.get(s)
             if d is None:
-                lead[s] = {replica: ln}
-            elif d.get(replica, 0) < ln:
-                d[replica] = ln
-        over = len(lru) - self.lru_capacity_blocks
+                lead[s] = {replica: k}
+            else:
+                d[replica] = k
+        over = size - self.lru_capacity_blocks
         if over > 0:
-            pop = lru.popitem
-            for _ in range(over):
-                h, s = pop(last=False)
+            size -= over
+            for seg in segs.values():   # oldest first
+                s, lo, hi = seg[0], seg[1], seg[2]
+                e = hi - lo if hi - lo < over else over
+                seg[1] = lo + e
+                over -= e
                 d = lead.get(s)
-                j = h - s
-                if d is not None and j < d.get(replica, 0):
-                    if j:
-                        d[replica] = j
+                if d is not None and lo < d.get(replica, 0):   # cut inside the leading part
+                    if lo:
+                        d[replica] = lo
                     else:
                         del d[replica]
                         if not d:
                             del lead[s]
+                if not over:
+                    break
+            while True:                 # drop the emptied segments (each its run's oldest)
+                seg = next(iter(segs.values()))
+                if seg[1] < seg[2]:
+                    break
+                segs.popitem(last=False)
+                rs = run_segs[seg[0]]
+                rs.pop()
+                if not rs:
+                    del run_segs[seg[0]]
+        self._size[replica] = size
+
+    def lru_blocks(self, replica: int) -> list:
+        """``replica``'s approximate index, least recently used block first."""
+        if not self._by_pieces:
+            return list(self._lru[replica])
+        return [h for s, lo, hi, _ in self._segs[replica].values() for h in range(s + lo, s + hi)]
 
     def _lead_matches(self, pieces) -> dict[int, int]:
         """``{replica: leading ids of the path of pieces in its LRU}`` for the replicas holding
@@ -398,17 +440,20 @@ class LlmDRouter(Router):
 
     def on_replica_removed(self, replica: int, failed: bool) -> None:
         if failed:
-            lru = self._lru[replica]
-            if self._by_pieces:                      # kept by pieces: values are run starts
+            if self._by_pieces:                      # kept by pieces
                 lead = self._lead
-                for s in set(lru.values()):
+                for s in self._run_segs[replica]:
                     d = lead.get(s)
                     if d is not None and d.pop(replica, None) is not None and not d:
                         del lead[s]
+                self._segs[replica].clear()
+                self._run_segs[replica].clear()
+                self._size[replica] = 0
             else:
+                lru = self._lru[replica]
                 for h in lru:
                     self._drop_holder(h, replica)
-            lru.clear()
+                lru.clear()
 
     def on_request_finished(self, request, replica: int) -> None:
         r = self._active.pop(request.index, None)
