@@ -190,10 +190,11 @@ class KvAwareRouter(Router):
         """``(logits, inputs)``: the logits as a list (few replicas) or a float64 array, and
         :meth:`_inputs`.
 
-        With many replicas and the router's book, the logits are computed for all replicas at
-        once as int64 / float64 arrays, the overlaps and book matches scattered in from their
-        dicts: every operation is the same IEEE-754 double operation, in the same order, as the
-        scalar formula (integer terms are exact), so the logits are bit-identical to it.
+        With the router's book, the overlaps and book matches are scattered from their dicts into
+        per-replica lists (up to :data:`_SCALAR_MAX` replicas) or int64 arrays (beyond) and the
+        logits computed for all replicas in one pass: every operation is the same IEEE-754
+        double operation, in the same order, as the scalar formula (:meth:`_logit`; integer terms
+        are exact), so the logits are bit-identical to it.
         """
         x = self._inputs(request)
         args = x[:-1]
