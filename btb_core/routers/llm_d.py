@@ -29,6 +29,12 @@ Here the prefix blocks are the trace's ``hash_ids`` (full blocks only, as the pl
 blocks), and ``prefix_mode="kv_events"`` swaps the approximate index for the true cache contents
 (llm-d's "precise" prefix scorer, which listens to vLLM KV events). The picker takes the highest
 total and breaks ties uniformly at random with ``view.rng`` (the max-score picker shuffles first).
+
+How the approximate index is kept (same contents, order and evictions either way): on the
+simulator's view, which hands over a request's pieces of chained ids, as one LRU segment per
+accessed piece with, per block run, the replicas holding a leading part of it (a request costs its
+pieces, 1-3 on the shipped traces, not its up to 256 blocks); on other views, as an LRU of block
+ids with a holder bitmask per block.
 """
 
 from __future__ import annotations
