@@ -24,6 +24,7 @@ from btb_core.routers.prefix_tree import ApproxPrefixIndex
 from btb_core.sim import ClusterConfig, simulate
 from btb_core.sim.cluster import ClusterEvent
 from btb_core.sim.view import ClusterView
+from btb_core.trace.runs import tuple_of_pieces
 from strategies import family_traces
 
 BT = 64
@@ -45,12 +46,16 @@ class CheckingRouter(Router):
     def route(self, request):
         v = self.view
         ids = request.hash_ids
+        starts, lens = v.request_pieces(request)     # the request's own pieces, not its ids
+        assert (starts, lens) == v.pieces(ids)
         for cut in {len(ids), max(1, len(ids) // 2), 1}:
             prefix = ids[:cut]
             for tiers in TIER_SETS:
                 want = {r: v.cached_blocks(r, prefix, tiers) for r in range(v.num_replicas)}
                 want = {r: m for r, m in want.items() if m}
                 assert v.cached_blocks_all(prefix, tiers) == want, (request.index, cut, tiers)
+                assert v.cached_blocks_all_pieces(starts, lens, cut, tiers) == want, \
+                    (request.index, cut, tiers)
                 self.checked += 1
         assert v.cached_block_count_all() == [v.cached_block_count(r)
                                               for r in range(v.num_replicas)]
@@ -194,6 +199,11 @@ def test_replay_with_the_index_equals_replay_with_the_scan(policy, params, monke
     cluster = ClusterConfig.from_setup("70b_h100x4", num_replicas=12)
     fast = simulate(trace, make_router(policy, **kw), cluster, seed=3)
     monkeypatch.setattr(ClusterView, "cached_blocks_all", ClusterView._scan_all)
+    monkeypatch.setattr(ClusterView, "cached_blocks_all_pieces",
+                        lambda self, starts, lens, n, tiers: self._scan_all(
+                            tuple_of_pieces(starts, lens)[:n], tiers))
+    monkeypatch.setattr(ClusterView, "cached_block_count_all",
+                        lambda self: [self.cached_block_count(r) for r in range(self.num_replicas)])
     slow = simulate(trace, make_router(policy, **kw), cluster, seed=3)
     assert fast.requests.equals(slow.requests)
     assert fast.transfers.equals(slow.transfers)

@@ -277,3 +277,142 @@ def test_prefix_tree_walk_cache_does_not_reuse_a_mutated_list():
     assert tree.match_blocks(0, ids) == 3
     ids[2] = 9
     assert tree.match_blocks(0, ids) == 2
+
+
+# -- RunBook: kv_aware's book kept per block run, against a plain refcount per id ------------------
+RUN_BOOK_OPS = st.lists(st.tuples(st.booleans(), st.integers(0, 2),      # few replicas, few tokens:
+                                  st.lists(st.integers(0, 1), min_size=1, max_size=6)),  # nested
+                        max_size=40)                                    # pieces of one run
+
+
+@settings(max_examples=400, deadline=None)
+@given(ops=RUN_BOOK_OPS, queries=st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=8),
+                                      min_size=1, max_size=4),
+       cut=st.integers(1, 8))
+def test_run_book_equals_a_refcount_per_id(ops, queries, cut):
+    """Interned chained paths (the simulator's ids): a book kept as one length per (run,
+    replica) holds exactly the ids a per-id refcount holds, counts what enters and leaves, and
+    matches every replica's leading blocks of any path as a walk id by id does; the pieces found
+    from the ids are the block index's."""
+    import numpy as np
+
+    from btb_core.routers.holder_sets import RunBook, leading_pieces, stretches
+    from btb_core.sim.blocks import BlockIndex
+
+    paths = interned([chain(p) for _, _, p in ops] + [chain(q) for q in queries])
+    paths, qpaths = paths[:len(ops)], paths[len(ops):]
+    flat = np.array([h for p in paths + qpaths for h in p], np.int32)
+    offsets = np.cumsum([0] + [len(p) for p in paths + qpaths])
+    index = BlockIndex(flat, offsets)
+    for p in paths + qpaths:
+        assert stretches(p) == index.path_pieces(p)
+    book = RunBook(3)
+    booked: list = []
+    ref = [dict() for _ in range(3)]
+    for (add, r, _), ids in zip(ops, paths):
+        if add or not booked:
+            new = sum(1 for h in ids if h not in ref[r])
+            for h in ids:
+                ref[r][h] = ref[r].get(h, 0) + 1
+            assert book.add(r, *stretches(ids)) == new
+            booked.append((r, ids))
+        else:
+            r0, ids0 = booked.pop(len(ids) % len(booked))
+            gone = 0
+            for h in ids0:
+                ref[r0][h] -= 1
+                if not ref[r0][h]:
+                    del ref[r0][h]
+                    gone += 1
+            assert book.remove(r0, *stretches(ids0)) == gone
+        for s in range(3):
+            held = {h for run, k in book.held(s).items() for h in range(run, run + k)}
+            assert held == set(ref[s])
+            assert book.sizes[s] == len(ref[s])
+        for q in qpaths + paths[-1:]:
+            want = {}
+            for s in range(3):
+                k = 0
+                while k < min(cut, len(q)) and q[k] in ref[s]:
+                    k += 1
+                if k:
+                    want[s] = k
+            assert book.depths(*leading_pieces(*stretches(q), cut)) == want
+
+
+def test_run_book_falls_back_to_the_next_longest_piece():
+    """Paths of 1, 2 and 3 blocks of run 10 and one of 2 blocks of run 10 then run 20 on replica
+    0: removing the 3-block path leaves the 2-block coverage (not the shortest piece), and the
+    matches follow."""
+    from btb_core.routers.holder_sets import RunBook
+
+    book = RunBook(2)
+    assert book.add(0, [10], [1]) == 1
+    assert book.add(0, [10], [3]) == 2
+    assert book.add(0, [10, 20], [2, 2]) == 2
+    assert book.add(1, [10], [2]) == 2
+    assert book.depths([10], [3]) == {0: 3, 1: 2}
+    assert book.remove(0, [10], [3]) == 1
+    assert book.held(0) == {10: 2, 20: 2} and book.sizes == [4, 2]
+    assert book.depths([10, 20], [2, 2]) == {0: 4, 1: 2}
+    assert book.remove(0, [10, 20], [2, 2]) == 3
+    assert book.held(0) == {10: 1} and book.runs == {10: {0: 1, 1: 2}}
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=st.lists(st.tuples(st.integers(0, 2), st.lists(st.integers(0, 2), min_size=1,
+                                                           max_size=8)), min_size=1, max_size=40),
+       capacity=st.integers(1, 12), fail_every=st.integers(2, 50))
+def test_llm_d_remember_by_pieces_equals_block_by_block(ops, capacity, fail_every):
+    """Interned chained paths (the simulator's ids): accessing a path a stretch of consecutive ids
+    at a time (bulk inserts, bulk moves) leaves every replica's LRU in the same order, with the
+    same evictions, as accessing it id by id; the per-run leading parts are exactly the ids each
+    LRU holds contiguously from each run's start, and the matches from them equal the per-id
+    running AND."""
+    from btb_core.routers.holder_sets import stretches
+    from btb_core.routers.llm_d import LlmDRouter
+
+    paths = interned([chain(p) for _, p in ops])
+    runs = sorted({s for ids in paths for s in stretches(ids)[0]})
+    fast, slow = LlmDRouter(lru_capacity_blocks=capacity), LlmDRouter(lru_capacity_blocks=capacity)
+    fast.reset(_View())
+    slow.reset(_View())
+    fast._by_pieces = True                   # as on the simulator's view
+    for i, ((r, _), ids) in enumerate(zip(ops, paths)):
+        if i % fail_every == fail_every - 1:  # now and then a replica fails: its index is gone
+            fast.on_replica_removed(r, True)
+            slow.on_replica_removed(r, True)
+        fast._remember_pieces(r, stretches(ids))
+        slow._remember(r, ids)
+        assert [fast.lru_blocks(s) for s in range(3)] == [list(x) for x in slow._lru]
+        assert fast._size == [len(x) for x in slow._lru]
+        want = {}
+        for s, lru in enumerate(slow._lru):
+            for run in runs:                 # its leading part: ids held from the run's start
+                k = run
+                while k in lru and (k == run or k not in runs):
+                    k += 1
+                if k > run:
+                    want.setdefault(run, {})[s] = k - run
+        assert fast._lead == want
+        for q in paths:
+            assert fast._lead_matches(stretches(q)) == slow._approx_matches(q)
+
+
+def test_llm_d_lead_after_an_evicted_first_id():
+    """Run 0 (ids 0-4) accessed, its first id evicted (ids 1-4 stay, the oldest), then its first
+    two ids accessed again: id 0 enters, so the oldest, id 2, leaves: 2 ids match, not 5."""
+    from btb_core.routers.llm_d import LlmDRouter
+
+    router = LlmDRouter(lru_capacity_blocks=7)
+    router.reset(_View())
+    router._by_pieces = True
+    router._remember_pieces(0, ([0], [5]))
+    router._remember_pieces(0, ([5], [3]))            # 8 ids: id 0 is evicted
+    assert router.lru_blocks(0) == [1, 2, 3, 4, 5, 6, 7]
+    assert router._lead == {5: {0: 3}}
+    assert router._lead_matches(([0], [5])) == {}
+    router._remember_pieces(0, ([0], [2]))            # id 0 back, id 1 moved, id 2 evicted
+    assert router.lru_blocks(0) == [3, 4, 5, 6, 7, 0, 1]
+    assert router._lead == {5: {0: 3}, 0: {0: 2}}
+    assert router._lead_matches(([0], [5])) == {0: 2}

@@ -127,12 +127,27 @@ def test_kv_aware_books_decode_blocks_at_selection():
     # a request sharing a's first 3 blocks adds only 1 new block there (unique blocks counted once)
     assert router.logits(req(2, [1, 2, 3, 9])).tolist() == [8.0, 9.0]
     router.on_request_finished(a, 1)
-    assert router._active == [{}, {}]
+    assert router._book.runs == {} and router._book.sizes == [0, 0]
+    assert router._active_len.tolist() == [0, 0]
     engine = KvAwareRouter(active_blocks="engine")   # the earlier rule: nothing until admission
     view = setup(engine, n=2, seed=0)
     view.cache[0]["hbm"].update({50})
     engine.on_prefill_done(a, engine.route(a))
     assert engine.logits(req(1, [7, 8])).tolist() == [4.0, 4.0]
+
+
+def test_kv_aware_uncached_tokens_never_negative():
+    """A replica caching a prompt's last, partial block too: overlap 2 blocks of 16 tokens on a
+    24-token prompt leaves max(0, 24 - 32) = 0 uncached tokens (not -8), so with 24 booked
+    prefill tokens it scores 24 / 16 + 1 = 2.5, tying the empty replica (24 / 16 + 1), and the
+    smaller tree (replica 1) wins; an unclamped -8 would score 2.0 and win."""
+    router = KvAwareRouter()
+    view = setup(router, n=2, seed=0)
+    view.cache[0]["hbm"].update({1, 2})
+    router._prefill_tokens[0] = 24
+    router._prefill_arr[0] = 24
+    assert router.logits(req(0, [1, 2], input_length=24)).tolist() == [2.5, 2.5]
+    assert router.route(req(0, [1, 2], input_length=24)) == 1
 
 
 def test_kv_aware_router_queue_holds_while_every_replica_is_busy():

@@ -147,6 +147,190 @@ class BookHolders:
         return out
 
 
+class RunBook:
+    """Per-replica reference-counted books of root paths, kept per block run, with, per run, the
+    replicas holding part of it: :class:`BookHolders`' books at the cost of a path's pieces instead
+    of its blocks.
+
+    A path is given by its pieces ``(starts, lens)``: piece ``k`` is ids ``starts[k] ..
+    starts[k] + lens[k] - 1``, a leading part of the run (maximal stretch of consecutive chained
+    ids) that starts at ``starts[k]`` (:meth:`btb_core.sim.blocks.BlockIndex.path_pieces`, or
+    :func:`stretches` of the ids). Chained ids give every id one parent, so any path holding id
+    ``s + j`` of a run holds ``s .. s + j`` as well: a book of whole root paths holds, of every run,
+    a leading part, as long as the longest piece booked there. One length per (run, replica) then
+    says what the book holds, and a path's match is one walk over its pieces (as
+    :meth:`btb_core.sim.holders.HolderIndex.matched` does for the caches).
+
+    Parameters
+    ----------
+    num_replicas : int
+
+    Attributes
+    ----------
+    runs : dict[int, dict[int, int]]
+        Run start -> {replica: leading blocks of the run in its book (>= 1)}; replicas holding
+        none are absent.
+    pieces : list[dict[int, dict[int, int]]]
+        ``pieces[r]``: run start -> {piece length: paths booked on ``r`` with that piece}.
+    sizes : list[int]
+        ``sizes[r]``: distinct blocks in replica ``r``'s book (a shared prefix counted once).
+    """
+
+    __slots__ = ("runs", "pieces", "sizes")
+
+    def __init__(self, num_replicas: int) -> None:
+        self.runs: dict[int, dict[int, int]] = {}
+        self.pieces: list[dict] = [dict() for _ in range(num_replicas)]
+        self.sizes: list[int] = [0] * num_replicas
+
+    def add(self, replica: int, starts, lens) -> int:
+        """Book the path of pieces ``(starts, lens)`` (lengths >= 1) once more on ``replica``;
+        returns how many of its blocks were new in that replica's book."""
+        runs = self.runs
+        mine = self.pieces[replica]
+        new = 0
+        for s, ln in zip(starts, lens):
+            counts = mine.get(s)
+            if counts is None:
+                mine[s] = {ln: 1}
+                d = runs.get(s)
+                if d is None:
+                    runs[s] = {replica: ln}
+                else:
+                    d[replica] = ln
+                new += ln
+            else:
+                counts[ln] = counts.get(ln, 0) + 1
+                d = runs[s]
+                c = d[replica]
+                if ln > c:
+                    d[replica] = ln
+                    new += ln - c
+        self.sizes[replica] += new
+        return new
+
+    def remove(self, replica: int, starts, lens) -> int:
+        """Undo one :meth:`add` of the same pieces on ``replica``; returns how many blocks left
+        its book. Raises ``KeyError`` if that path is not booked there."""
+        runs = self.runs
+        mine = self.pieces[replica]
+        gone = 0
+        for s, ln in zip(starts, lens):
+            counts = mine[s]
+            k = counts[ln] - 1
+            if k:
+                counts[ln] = k
+                continue
+            del counts[ln]
+            d = runs[s]
+            c = d[replica]
+            if ln == c:                 # the longest piece left: the run shrinks to the next one
+                if counts:
+                    m = max(counts)
+                    d[replica] = m
+                    gone += c - m
+                else:
+                    del mine[s]
+                    del d[replica]
+                    if not d:
+                        del runs[s]
+                    gone += c
+        self.sizes[replica] -= gone
+        return gone
+
+    def drop_replica(self, replica: int) -> None:
+        """Forget ``replica``'s whole book (a failed replica)."""
+        runs = self.runs
+        for s in self.pieces[replica]:
+            d = runs[s]
+            del d[replica]
+            if not d:
+                del runs[s]
+        self.pieces[replica] = {}
+        self.sizes[replica] = 0
+
+    def held(self, replica: int) -> dict[int, int]:
+        """``{run start: leading blocks held}`` of ``replica``'s book."""
+        return {s: self.runs[s][replica] for s in self.pieces[replica]}
+
+    def depths(self, starts, lens) -> dict[int, int]:
+        """``{replica: k}``: how many leading blocks of the path of pieces ``(starts, lens)`` each
+        replica's book holds, for the replicas where ``k >= 1`` (the others hold 0).
+
+        One walk over the pieces, visiting at each piece only the replicas that held every
+        earlier piece whole; equal to :meth:`BookHolders.depths` of the same ids (checked in
+        tests/test_router_incremental.py).
+        """
+        out: dict[int, int] = {}
+        if not starts:
+            return out
+        runs = self.runs
+        d = runs.get(starts[0])
+        if not d:
+            return out
+        ln = lens[0]
+        alive = []
+        for r, c in d.items():
+            if c >= ln:
+                alive.append(r)
+            else:
+                out[r] = c
+        pos = ln
+        for k in range(1, len(starts)):
+            if not alive:
+                return out
+            d = runs.get(starts[k])
+            if not d:
+                break
+            ln = lens[k]
+            nxt = []
+            for r in alive:
+                c = d.get(r, 0)
+                if c >= ln:
+                    nxt.append(r)
+                else:
+                    out[r] = pos + c
+            alive = nxt
+            pos += ln
+        for r in alive:
+            out[r] = pos
+        return out
+
+
+def stretches(ids) -> tuple[list[int], list[int]]:
+    """``(starts, lens)`` of the maximal stretches of consecutive ints in ``ids``: for chained
+    ids (every id has one parent), the same pieces as
+    :meth:`btb_core.sim.blocks.BlockIndex.path_pieces` (a piece never continues where the one
+    before it ended, since its first id's parent is not the id just below it)."""
+    starts: list[int] = []
+    lens: list[int] = []
+    prev = None
+    for h in ids:
+        if prev is not None and h == prev + 1:
+            lens[-1] += 1
+        else:
+            starts.append(h)
+            lens.append(1)
+        prev = h
+    return starts, lens
+
+
+def leading_pieces(starts, lens, n: int) -> tuple[list[int], list[int]]:
+    """The pieces of a path's first ``n`` blocks (``n`` at least the path's length: the path)."""
+    out_s: list[int] = []
+    out_l: list[int] = []
+    for s, ln in zip(starts, lens):
+        if n <= 0:
+            break
+        out_s.append(s)
+        if ln >= n:
+            out_l.append(n)
+            break
+        out_l.append(ln)
+        n -= ln
+    return out_s, out_l
+
+
 def leading_held(ids, held, limit: int, known: int = 0) -> int:
     """How many leading ids of ``ids[:limit]`` are in ``held``, given that the first ``known`` are
     (binary search: a held set of chained prefixes holds every id before a held one)."""
@@ -223,4 +407,5 @@ def _bits(mask: int):
         mask ^= low
 
 
-__all__ = ["BookHolders", "leading_held", "nested_depths", "set_bit_nested"]
+__all__ = ["BookHolders", "RunBook", "leading_held", "leading_pieces", "nested_depths",
+           "set_bit_nested", "stretches"]

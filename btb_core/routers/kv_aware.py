@@ -44,18 +44,23 @@ served, each re-scored at release, when a prefill completes and some worker drop
 from __future__ import annotations
 
 import math
+from itertools import compress
 
 import numpy as np
 
 from ..errors import ConfigError
 from .base import Router, cached_block_count_all, cached_blocks_all
-from .holder_sets import BookHolders
+from .holder_sets import RunBook, leading_pieces, stretches
 from .cache_aware import parse_tiers
 from .params import RouterParam, check_range
 
 
-#: Up to this many replicas the logits are computed replica by replica (same values as numpy's).
-_SCALAR_MAX = 8
+#: Up to this many replicas the logits are computed in list operations (the same values as numpy's;
+#: faster up to ~100 replicas, measured on the Bursted-shaped trace).
+_SCALAR_MAX = 96
+
+#: More tied replicas than this read every replica's tree size in one view call.
+_FEW_TIED = 8
 
 
 class KvAwareRouter(Router):
@@ -121,71 +126,114 @@ class KvAwareRouter(Router):
         super().reset(view)
         n = view.num_replicas
         self._prefill_tokens = [0] * n   # the router's book of uncached prompt tokens
+        self._prefill_arr = np.zeros(n, np.int64)         # the same, as an array
         self._booked: dict[int, tuple[int, int]] = {}     # request index -> (replica, tokens booked)
-        # replica -> {block id: refcount}, with block id -> replicas holding it (one walk per
-        # request finds every replica's match, routers/holder_sets.py)
-        self._book = BookHolders(n)
-        self._active: list[dict] = self._book.books
-        self._active_len = np.zeros(n, np.int64)          # len(self._active[r])
-        self._active_booked: dict[int, tuple[int, tuple]] = {}  # request index -> (replica, ids)
+        # the active blocks booked per replica, kept per block run with run -> replicas holding
+        # it (one walk over a request's pieces finds every replica's match, routers/holder_sets.py)
+        self._book = RunBook(n)
+        self._active_len = np.zeros(n, np.int64)          # self._book.sizes, as an array
+        # request index -> (replica, pieces of its full blocks)
+        self._active_booked: dict[int, tuple[int, list, list]] = {}
+        # the simulator's view hands over a request's pieces; other views: stretches of its ids
+        self._request_pieces = getattr(view, "request_pieces", None)
+        self._cached_pieces = getattr(view, "cached_blocks_all_pieces", None)
         #: Requests held in the router queue (FCFS), when ``router_queue_threshold`` is set.
         self.queue: list = []
         self.queued_total = 0
 
     # -- the cost function ---------------------------------------------------------------------
-    def _costs(self, request) -> tuple[np.ndarray, np.ndarray]:
-        """Per-replica logits (blocks, lower is better; float64, shape ``(num_replicas,)``) and
-        uncached prompt tokens (int64, same shape).
+    def _pieces(self, request) -> tuple[list, list]:
+        """``(run starts, lengths)`` of the request's ids."""
+        f = self._request_pieces
+        if f is not None:
+            pieces = f(request)
+            if pieces is not None:
+                return pieces
+        return stretches(request.hash_ids)
 
-        Vectorised over replicas: every operation is the same IEEE-754 double operation, in the
-        same order, as the scalar formula of the module docstring (integer terms are exact), so
-        the logits are bit-identical to computing them replica by replica. The overlaps come from
-        one walk of the view's holder index and the router-book matches from one walk of its own
-        holder sets; replicas absent from both score with overlap 0.
+    def _inputs(self, request) -> tuple:
+        """What the logits of one request depend on: ``(isl, block tokens, ceil(isl / block),
+        overlaps, book matches, full blocks, pieces of the full blocks)``.
+
+        The overlaps (``{replica: blocks}``) come from one walk of the view's holder index and the
+        router-book matches from one walk of its own book over the request's pieces (book
+        matches and pieces None with ``active_blocks="engine"``); omitted replicas hold 0.
         """
-        v = self.view
-        n = v.num_replicas
         bt = request.block_tokens
         isl = int(request.input_length)
-        ids = request.hash_ids
-        req_blocks = math.ceil(isl / bt)
-        w = self.overlap_score_weight
-        found = cached_blocks_all(v, ids, self.overlap_tiers)
-        router_book = self.active_blocks == "router"
-        if router_book:
-            nfull = min(request.full_blocks, len(ids))
-            book = self._book.depths(ids, nfull)
-        if n <= _SCALAR_MAX:   # few replicas: the scalar formula beats numpy's per-call overhead
-            logits, uncached = [], []
-            for r in range(n):
-                overlap = min(found.get(r, 0), req_blocks)
-                u = max(0, isl - overlap * bt)
-                prefill_blocks = (self._prefill_tokens[r] + u) / bt
-                if router_book:
-                    decode_blocks = len(self._active[r]) + nfull - book.get(r, 0)
-                else:
-                    decode_blocks = v.active_blocks(r) + (req_blocks - overlap)
-                logits.append(w * prefill_blocks + decode_blocks)
-                uncached.append(u)
-            return np.array(logits), np.array(uncached, np.int64)
-        overlap = np.zeros(n, np.int64)
-        if found:
-            k = len(found)
-            overlap[np.fromiter(found, np.int64, k)] = np.minimum(
-                np.fromiter(found.values(), np.int64, k), req_blocks)
-        uncached = np.maximum(0, isl - overlap * bt)
-        # int64 sums stay exact (as Python ints) for any realistic token count
-        prefill_blocks = (np.array(self._prefill_tokens, np.int64) + uncached) / bt
-        if router_book:
-            decode_blocks = self._active_len + nfull
-            if book:
-                k = len(book)
-                decode_blocks[np.fromiter(book, np.int64, k)] -= np.fromiter(book.values(),
-                                                                             np.int64, k)
+        starts, lens = self._pieces(request)
+        nids = sum(lens)
+        if self._cached_pieces is not None:
+            found = self._cached_pieces(starts, lens, nids, self.overlap_tiers)
         else:
-            active = np.array([v.active_blocks(r) for r in range(n)], np.int64)
-            decode_blocks = active + (req_blocks - overlap)
-        return w * prefill_blocks + decode_blocks, uncached
+            found = cached_blocks_all(self.view, request.hash_ids, self.overlap_tiers)
+        nfull, full, book = 0, None, None
+        if self.active_blocks == "router":
+            nfull = min(request.full_blocks, nids)
+            full = (starts, lens) if nfull == nids else leading_pieces(starts, lens, nfull)
+            book = self._book.depths(*full)
+        return isl, bt, math.ceil(isl / bt), found, book, nfull, full
+
+    def _logit(self, r: int, isl, bt, req_blocks, found, book, nfull) -> tuple[float, int]:
+        """Replica ``r``'s logit and uncached prompt tokens: the formula of the module
+        docstring, one replica at a time."""
+        overlap = min(found.get(r, 0), req_blocks)
+        u = max(0, isl - overlap * bt)
+        prefill_blocks = (self._prefill_tokens[r] + u) / bt
+        if book is not None:
+            decode_blocks = self._book.sizes[r] + nfull - book.get(r, 0)
+        else:
+            decode_blocks = self.view.active_blocks(r) + (req_blocks - overlap)
+        return self.overlap_score_weight * prefill_blocks + decode_blocks, u
+
+    def _logits(self, request) -> tuple:
+        """``(logits, inputs)``: the logits as a list (few replicas) or a float64 array, and
+        :meth:`_inputs`.
+
+        With the router's book, the overlaps and book matches are scattered from their dicts into
+        per-replica lists (up to :data:`_SCALAR_MAX` replicas) or int64 arrays (beyond) and the
+        logits computed for all replicas in one pass: every operation is the same IEEE-754
+        double operation, in the same order, as the scalar formula (:meth:`_logit`; integer terms
+        are exact), so the logits are bit-identical to it.
+        """
+        x = self._inputs(request)
+        args = x[:-1]
+        n = self.view.num_replicas
+        isl, bt, req_blocks, found, book, nfull = args
+        if book is None:       # the engine's active blocks: asked replica by replica
+            logits = [self._logit(r, *args)[0] for r in range(n)]
+            return (logits if n <= _SCALAR_MAX else np.array(logits)), x
+        if n <= _SCALAR_MAX:   # the scalar formula in list operations beats numpy's call overhead
+            uncached = [isl] * n           # isl where nothing is cached
+            for r, ov in found.items():
+                u = isl - (ov if ov < req_blocks else req_blocks) * bt
+                uncached[r] = u if u > 0 else 0
+            matched = [0] * n
+            for r, k in book.items():
+                matched[r] = k
+            w = self.overlap_score_weight
+            return [w * ((p + u) / bt) + (a + nfull - b) for p, u, a, b in
+                    zip(self._prefill_tokens, uncached, self._book.sizes, matched)], x
+        if found:             # uncached tokens: isl where nothing is cached
+            k = len(found)
+            uncached = np.full(n, isl, np.int64)
+            uncached[np.fromiter(found, np.int64, k)] = np.maximum(0, isl - np.minimum(
+                np.fromiter(found.values(), np.int64, k), req_blocks) * bt)
+            prefill_blocks = (self._prefill_arr + uncached) / bt
+        else:
+            prefill_blocks = (self._prefill_arr + isl) / bt
+        decode_blocks = self._active_len + nfull
+        if book:
+            k = len(book)
+            decode_blocks[np.fromiter(book, np.int64, k)] -= np.fromiter(book.values(), np.int64, k)
+        return self.overlap_score_weight * prefill_blocks + decode_blocks, x
+
+    def _costs(self, request) -> tuple[np.ndarray, np.ndarray]:
+        """Per-replica logits (blocks, lower is better; float64, shape ``(num_replicas,)``) and
+        uncached prompt tokens (int64, same shape), replica by replica."""
+        args = self._inputs(request)[:-1]
+        both = [self._logit(r, *args) for r in range(self.view.num_replicas)]
+        return np.array([b[0] for b in both]), np.array([b[1] for b in both], np.int64)
 
     def logits(self, request) -> np.ndarray:
         """Per-replica cost, shape ``(num_replicas,)``, in blocks (lower is better)."""
@@ -203,23 +251,33 @@ class KvAwareRouter(Router):
     def _break_tie(self, tied: list[int]) -> int:
         rng = self.view.rng
         if self.tie_break == "tree_size":
-            if len(tied) > _SCALAR_MAX:   # many tied: one call for every replica's tree size
+            if len(tied) > _FEW_TIED:     # many tied: one call for every replica's tree size
                 sizes = list(map(cached_block_count_all(self.view).__getitem__, tied))
             else:
                 sizes = [self.view.cached_block_count(r) for r in tied]
             low = min(sizes)
-            tied = [r for r, s in zip(tied, sizes) if s == low]
-            if len(tied) == 1:
-                return tied[0]
+            k = sizes.count(low)
+            if k == 1:
+                return tied[sizes.index(low)]
+            if k < len(tied):
+                tied = list(compress(tied, map(low.__eq__, sizes)))
         return tied[int(rng.integers(len(tied)))]
 
     def select(self, request) -> int:
         """Score the replicas, pick one and book the request there (prefill tokens, blocks)."""
-        logits, uncached = self._costs(request)
+        logits, x = self._logits(request)
         cands = self.candidates()
-        restricted = len(cands) != len(logits)
+        n = len(logits)
+        restricted = len(cands) != n
         if self.router_temperature == 0.0:
-            if restricted:
+            if type(logits) is list:
+                if restricted:
+                    lo = min([logits[r] for r in cands])
+                    tied = [r for r in cands if logits[r] == lo]
+                else:
+                    lo = min(logits)
+                    tied = [r for r in range(n) if logits[r] == lo]
+            elif restricted:
                 idx = np.array(cands, np.int64)
                 sub = logits[idx]
                 tied = idx[sub == sub.min()].tolist()
@@ -227,6 +285,7 @@ class KvAwareRouter(Router):
                 tied = np.flatnonzero(logits == logits.min()).tolist()
             pick = tied[0] if len(tied) == 1 else self._break_tie(tied)
         else:
+            logits = np.asarray(logits)
             sub = logits[np.array(cands, np.int64)] if restricted else logits
             p = self.probabilities(sub)
             u = self.view.rng.random()
@@ -234,13 +293,14 @@ class KvAwareRouter(Router):
             if restricted:
                 pick = cands[pick]
         # book the request's uncached tokens on its worker until its prefill completes
-        u = int(uncached[pick])
+        u = self._logit(pick, *x[:-1])[1]
         self._prefill_tokens[pick] += u
+        self._prefill_arr[pick] += u
         self._booked[request.index] = (pick, u)
-        if self.active_blocks == "router":
-            full = tuple(request.hash_ids[:request.full_blocks])
-            self._active_len[pick] += self._book.add(pick, full)
-            self._active_booked[request.index] = (pick, full)
+        full = x[-1]
+        if full is not None:
+            self._active_len[pick] += self._book.add(pick, full[0], full[1])
+            self._active_booked[request.index] = (pick, full[0], full[1])
         return pick
 
     # -- router queue --------------------------------------------------------------------------
@@ -265,6 +325,7 @@ class KvAwareRouter(Router):
         """A failed replica's booked prefill tokens and active blocks are dropped."""
         if failed:
             self._prefill_tokens[replica] = 0
+            self._prefill_arr[replica] = 0
             self._book.drop_replica(replica)
             self._active_len[replica] = 0
             self._booked = {k: v for k, v in self._booked.items() if v[0] != replica}
@@ -274,13 +335,14 @@ class KvAwareRouter(Router):
         booked = self._booked.pop(request.index, None)
         if booked is not None:
             self._prefill_tokens[booked[0]] -= booked[1]
+            self._prefill_arr[booked[0]] -= booked[1]
         if self.queue:
             self._release_queue()
 
     def on_request_finished(self, request, replica: int) -> None:
         entry = self._active_booked.pop(request.index, None)
         if entry is not None:
-            self._active_len[entry[0]] -= self._book.remove(entry[0], entry[1])
+            self._active_len[entry[0]] -= self._book.remove(entry[0], entry[1], entry[2])
 
 
 __all__ = ["KvAwareRouter"]

@@ -29,12 +29,18 @@ Here the prefix blocks are the trace's ``hash_ids`` (full blocks only, as the pl
 blocks), and ``prefix_mode="kv_events"`` swaps the approximate index for the true cache contents
 (llm-d's "precise" prefix scorer, which listens to vLLM KV events). The picker takes the highest
 total and breaks ties uniformly at random with ``view.rng`` (the max-score picker shuffles first).
+
+How the approximate index is kept (same contents, order and evictions either way): on the
+simulator's view, which hands over a request's pieces of chained ids, as one LRU segment per
+accessed piece with, per block run, the replicas holding a leading part of it (a request costs its
+pieces, 1-3 on the shipped traces, not its up to 256 blocks); on other views, as an LRU of block
+ids with a holder bitmask per block.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from itertools import accumulate, repeat, takewhile
+from itertools import accumulate, chain, repeat, takewhile
 from operator import and_
 
 import numpy as np
@@ -42,7 +48,7 @@ import numpy as np
 from ..errors import ConfigError
 from .base import Router, cached_blocks_all, kv_usage_all, queue_length_all
 from .cache_aware import parse_tiers
-from .holder_sets import nested_depths
+from .holder_sets import leading_pieces, nested_depths, stretches
 from .params import RouterParam, check_range
 
 class LlmDRouter(Router):
@@ -130,22 +136,62 @@ class LlmDRouter(Router):
         self._active: dict[int, int] = {}                # request index -> replica
         self._active_order: deque = deque()              # (dispatch time, request index)
         self._sync_log = None                            # routed blocks since the last exchange
+        # the simulator's view hands over a request's pieces of chained ids (no id repeats): the
+        # index is then kept by pieces, with run start -> {replica: leading ids of the run in its
+        # LRU} instead of the per-id holder masks
+        self._request_pieces = getattr(view, "request_pieces", None)
+        self._by_pieces = self._request_pieces is not None
+        self._lead: dict[int, dict[int, int]] = {}
+        n = view.num_replicas
+        #: per replica: segment id -> [run start, lo, hi, id], least recently used first
+        self._segs = [OrderedDict() for _ in range(n)]
+        #: per replica: run start -> its segments by offset (newest first)
+        self._run_segs: list[dict] = [dict() for _ in range(n)]
+        self._size = [0] * n                             # ids per replica (by pieces)
+        self._next_seg = 0
+        self._cached_pieces = getattr(view, "cached_blocks_all_pieces", None)
 
     def _prefix_blocks(self, request) -> tuple:
         return tuple(request.hash_ids[:min(request.full_blocks, self.max_prefix_blocks)])
 
-    def scores(self, request, blocks: tuple | None = None) -> np.ndarray:
+    def _prefix_pieces(self, request):
+        """Pieces ``(starts, lens)`` of the request's prefix blocks (:meth:`_prefix_blocks`) when
+        the view hands over the request's pieces, else None."""
+        f = self._request_pieces
+        if f is None:
+            return None
+        pieces = f(request)
+        if pieces is None:       # not a root path of the trace: its stretches of ids
+            return stretches(self._prefix_blocks(request))
+        n = min(request.full_blocks, self.max_prefix_blocks)
+        starts, lens = pieces
+        if n >= sum(lens):
+            return pieces
+        return leading_pieces(starts, lens, n)
+
+    def scores(self, request, blocks: tuple | None = None, pieces=None) -> np.ndarray:
         """Per-replica scorer values, shape ``(num_replicas, 5)``: prefix, queue, KV, load-aware,
-        active-request, each in [0, 1] (unweighted). ``blocks``: the request's prefix blocks, if
-        already computed."""
+        active-request, each in [0, 1] (unweighted). ``blocks``: the request's prefix blocks, or
+        ``pieces``: their ``(starts, lens)`` (of chained ids), if already computed."""
         v = self.view
         n = v.num_replicas
-        if blocks is None:
-            blocks = self._prefix_blocks(request)
+        if pieces is None:
+            if self._by_pieces:                    # the index is kept by pieces
+                pieces = (self._prefix_pieces(request) if blocks is None
+                          else stretches(tuple(blocks)))
+            elif blocks is None:
+                blocks = self._prefix_blocks(request)
         out = np.zeros((n, 5))
-        if blocks:
-            nb = len(blocks)
-            if self.prefix_mode == "approx":
+        nb = sum(pieces[1]) if pieces is not None else len(blocks)
+        if nb:
+            if pieces is not None:
+                if self.prefix_mode == "approx":
+                    matches = self._lead_matches(pieces)
+                elif self._cached_pieces is not None:
+                    matches = self._cached_pieces(pieces[0], pieces[1], nb, self.kv_event_tiers)
+                else:
+                    matches = cached_blocks_all(v, tuple(_ids_of(pieces)), self.kv_event_tiers)
+            elif self.prefix_mode == "approx":
                 matches = self._approx_matches(blocks)
             else:
                 matches = cached_blocks_all(v, blocks, self.kv_event_tiers)
@@ -166,9 +212,9 @@ class LlmDRouter(Router):
             out[:, 4] = [1.0 if c == 0 else (cmax - c) / cmax for c in counts]
         return out
 
-    def _approx_matches(self, blocks: tuple) -> dict[int, int]:
+    def _approx_matches(self, blocks) -> dict[int, int]:
         """``{replica: leading blocks of blocks in its approximate index}`` for replicas matching
-        at least one.
+        at least one (``blocks``: a sequence, or an iterator of ids).
 
         An LRU index is not prefix-closed (it drops a path's oldest, i.e. leading, blocks first),
         so the holder masks along the blocks are intersected: a running AND, stopped at the first
@@ -176,10 +222,7 @@ class LlmDRouter(Router):
         replica's match is where its bit leaves them, found by bisection.
         """
         holders = self._lru_holders
-        if not holders.get(blocks[0]):
-            return {}
-        acc = list(takewhile(bool, accumulate(map(holders.get, blocks, repeat(0, len(blocks))),
-                                              and_)))
+        acc = list(takewhile(bool, accumulate(map(holders.get, blocks, repeat(0)), and_)))
         return nested_depths(acc)
 
     def _expire_active(self) -> None:
@@ -192,8 +235,9 @@ class LlmDRouter(Router):
                 self._active_counts[r] -= 1
 
     def route(self, request) -> int:
-        blocks = self._prefix_blocks(request)
-        scores = self.scores(request, blocks)
+        pieces = self._prefix_pieces(request)
+        blocks = self._prefix_blocks(request) if pieces is None else None
+        scores = self.scores(request, blocks, pieces)
         # the three default scorers alone when the extra two are off (same sums as before)
         total = (scores @ self._weights if self._extra else scores[:, :3] @ self._weights[:3])
         cands = self.candidates()
@@ -204,7 +248,12 @@ class LlmDRouter(Router):
         tied = np.flatnonzero(total == total.max())
         replica = int(tied[0]) if len(tied) == 1 else int(tied[self.view.rng.integers(len(tied))])
         if self.prefix_mode == "approx":
-            self._remember(replica, blocks)
+            if pieces is None:
+                self._remember(replica, blocks)
+            else:
+                self._remember_pieces(replica, pieces)
+                if self._sync_log is not None:
+                    blocks = tuple(_ids_of(pieces))
             if self._sync_log is not None:
                 self._sync_log.append((replica, blocks))
         if self.weights[4]:
@@ -225,9 +274,154 @@ class LlmDRouter(Router):
             else:
                 lru[h] = None
                 holders[h] = holders.get(h, 0) | bit
-        while len(lru) > self.lru_capacity_blocks:
-            h, _ = lru.popitem(last=False)
-            self._drop_holder(h, replica)
+        self._evict(replica)
+
+    def _remember_pieces(self, replica: int, pieces) -> None:
+        """:meth:`_remember` of the ids of ``pieces`` (chained ids, none repeated), kept as
+        *segments* instead of one LRU entry per id, with the same LRU order and evictions.
+
+        An access of a piece ``[s, s + ln)`` puts its ids at the recent end in id order, so the
+        LRU is a sequence of segments ``[s + lo, s + hi)`` of one run each, in access order, a
+        segment's ids in id order (:attr:`_segs`). A run's accesses are leading parts, so its
+        later ids were accessed earlier: its segments, ordered by offset, go from newest to
+        oldest (:attr:`_run_segs`), and an access of ``[0, ln)`` takes over the segments below
+        ``ln`` (dropped, or cut to start at ``ln``) and appends one new segment. Evicting the
+        oldest ids cuts the oldest segment from its low end. Per run, the replicas whose LRU holds
+        a leading part of it (:attr:`_lead`) follow from its segments: the chain of adjacent
+        segments from offset 0. Cost per access: the run's few segments, not its ids.
+        """
+        segs = self._segs[replica]
+        run_segs = self._run_segs[replica]
+        lead = self._lead
+        size = self._size[replica]
+        for s, ln in zip(*pieces):
+            old = run_segs.get(s)
+            sid = self._next_seg
+            self._next_seg = sid + 1
+            seg = [s, 0, ln, sid]
+            segs[sid] = seg
+            size += ln
+            if old is None:
+                run_segs[s] = [seg]
+                d = lead.get(s)
+                if d is None:
+                    lead[s] = {replica: ln}
+                else:
+                    d[replica] = ln
+                continue
+            keep = [seg]
+            for o in old:               # by offset, newest first
+                lo, hi = o[1], o[2]
+                if hi <= ln:            # all its ids move to the new segment
+                    size -= hi - lo
+                    del segs[o[3]]
+                elif lo < ln:           # its ids below ln move
+                    size -= ln - lo
+                    o[1] = ln
+                    keep.append(o)
+                else:
+                    keep.append(o)
+            run_segs[s] = keep
+            k = ln                      # the leading part: adjacent segments from offset 0
+            for o in keep[1:]:
+                if o[1] != k:
+                    break
+                k = o[2]
+            d = lead.get(s)
+            if d is None:
+                lead[s] = {replica: k}
+            else:
+                d[replica] = k
+        over = size - self.lru_capacity_blocks
+        if over > 0:
+            size -= over
+            for seg in segs.values():   # oldest first
+                s, lo, hi = seg[0], seg[1], seg[2]
+                e = hi - lo if hi - lo < over else over
+                seg[1] = lo + e
+                over -= e
+                d = lead.get(s)
+                if d is not None and lo < d.get(replica, 0):   # cut inside the leading part
+                    if lo:
+                        d[replica] = lo
+                    else:
+                        del d[replica]
+                        if not d:
+                            del lead[s]
+                if not over:
+                    break
+            while True:                 # drop the emptied segments (each its run's oldest)
+                seg = next(iter(segs.values()))
+                if seg[1] < seg[2]:
+                    break
+                segs.popitem(last=False)
+                rs = run_segs[seg[0]]
+                rs.pop()
+                if not rs:
+                    del run_segs[seg[0]]
+        self._size[replica] = size
+
+    def lru_blocks(self, replica: int) -> list:
+        """``replica``'s approximate index, least recently used block first."""
+        if not self._by_pieces:
+            return list(self._lru[replica])
+        return [h for s, lo, hi, _ in self._segs[replica].values() for h in range(s + lo, s + hi)]
+
+    def _lead_matches(self, pieces) -> dict[int, int]:
+        """``{replica: leading ids of the path of pieces in its LRU}`` for the replicas holding
+        at least one, from the per-run leading parts (:meth:`_remember_pieces`): one walk over
+        the pieces, visiting at each only the replicas that held every earlier piece whole."""
+        out: dict[int, int] = {}
+        starts, lens = pieces
+        if not starts:
+            return out
+        lead = self._lead
+        d = lead.get(starts[0])
+        if not d:
+            return out
+        ln = lens[0]
+        alive = []
+        for r, c in d.items():
+            if c >= ln:
+                alive.append(r)
+            else:
+                out[r] = c
+        pos = ln
+        for k in range(1, len(starts)):
+            if not alive:
+                return out
+            d = lead.get(starts[k])
+            if not d:
+                break
+            ln = lens[k]
+            nxt = []
+            for r in alive:
+                c = d.get(r, 0)
+                if c >= ln:
+                    nxt.append(r)
+                else:
+                    out[r] = pos + c
+            alive = nxt
+            pos += ln
+        for r in alive:
+            out[r] = pos
+        return out
+
+    def _evict(self, replica: int) -> None:
+        """Drop ``replica``'s least recently used blocks beyond the capacity."""
+        lru = self._lru[replica]
+        over = len(lru) - self.lru_capacity_blocks
+        if over > 0:
+            holders = self._lru_holders
+            keep = ~(1 << replica)
+            pop = lru.popitem
+            for _ in range(over):
+                h = pop(last=False)[0]
+                m = holders[h] & keep
+                if m:
+                    holders[h] = m
+                else:
+                    del holders[h]
 
     def _drop_holder(self, block, replica: int) -> None:
         m = self._lru_holders[block] & ~(1 << replica)
@@ -245,18 +439,37 @@ class LlmDRouter(Router):
 
     def apply_index_updates(self, updates: list) -> None:
         for replica, blocks in updates:
-            self._remember(replica, blocks)
+            if self._by_pieces:
+                self._remember_pieces(replica, stretches(blocks))
+            else:
+                self._remember(replica, blocks)
 
     def on_replica_removed(self, replica: int, failed: bool) -> None:
         if failed:
-            for h in self._lru[replica]:
-                self._drop_holder(h, replica)
-            self._lru[replica].clear()
+            if self._by_pieces:                      # kept by pieces
+                lead = self._lead
+                for s in self._run_segs[replica]:
+                    d = lead.get(s)
+                    if d is not None and d.pop(replica, None) is not None and not d:
+                        del lead[s]
+                self._segs[replica].clear()
+                self._run_segs[replica].clear()
+                self._size[replica] = 0
+            else:
+                lru = self._lru[replica]
+                for h in lru:
+                    self._drop_holder(h, replica)
+                lru.clear()
 
     def on_request_finished(self, request, replica: int) -> None:
         r = self._active.pop(request.index, None)
         if r is not None:
             self._active_counts[r] -= 1
+
+
+def _ids_of(pieces):
+    """The ids of ``(starts, lens)`` pieces, in order (an iterator)."""
+    return chain.from_iterable(map(range, pieces[0], map(int.__add__, pieces[0], pieces[1])))
 
 
 __all__ = ["LlmDRouter"]

@@ -42,11 +42,14 @@ class HolderIndex:
         int, several as an insertion-ordered dict; see :meth:`dram_replicas`).
     """
 
-    __slots__ = ("hbm", "dram")
+    __slots__ = ("hbm", "dram", "hbm_total")
 
     def __init__(self) -> None:
         self.hbm: dict[int, dict[int, int]] = {}
         self.dram: dict[int, int | dict[int, None]] = {}
+        #: Blocks in HBM per replica (the sum of its ``hbm`` lengths, i.e. its cache's
+        #: ``hbm_blocks``), indexed by replica; replicas past its end hold none.
+        self.hbm_total: list[int] = []
 
     # -- updates (called by KVCache / SpanList) ------------------------------------------------
     def set_hbm(self, run: int, replica: int, blocks: int) -> None:
@@ -55,12 +58,29 @@ class HolderIndex:
         if blocks:
             if d is None:
                 self.hbm[run] = {replica: blocks}
+                old = 0
             else:
+                old = d.get(replica, 0)
                 d[replica] = blocks
         elif d is not None and replica in d:
-            del d[replica]
+            old = d.pop(replica)
             if not d:
                 del self.hbm[run]
+        else:
+            return
+        try:
+            self.hbm_total[replica] += blocks - old
+        except IndexError:
+            tot = self.hbm_total
+            tot.extend([0] * (replica + 1 - len(tot)))
+            tot[replica] = blocks - old
+
+    def hbm_totals(self, n: int) -> list[int]:
+        """Blocks in HBM of replicas ``0 .. n - 1`` (a new list)."""
+        tot = self.hbm_total
+        if len(tot) < n:
+            tot.extend([0] * (n - len(tot)))
+        return tot[:n]
 
     def dram_add(self, run: int, replica: int) -> None:
         """``replica``'s DRAM tier now holds a block of ``run`` (it held none)."""

@@ -26,6 +26,7 @@ routers itself and nothing here runs, so results are bit-identical to a run with
 
 from __future__ import annotations
 
+from ..trace.runs import tuple_of_pieces
 from .holders import HolderIndex
 from .kvcache import DiskTier, KVCache
 from .view import ClusterView
@@ -180,6 +181,16 @@ class LaggedView(ClusterView):
         caches = self.mirrors if "dram" in tiers else None
         return self.mirror_index.matched(caches, pieces[0], pieces[1], len(hash_ids),
                                          "hbm" in tiers, "dram" in tiers)
+
+    def cached_blocks_all_pieces(self, starts, lens, n, tiers=("hbm", "dram", "disk")) -> dict:
+        """:meth:`ClusterView.cached_blocks_all_pieces` against the stale mirrors."""
+        if self.mirrors is None:
+            return super().cached_blocks_all_pieces(starts, lens, n, tiers)
+        self._catch_up()
+        if "disk" in tiers and self.sim.has_disk:
+            return self._scan_all(tuple_of_pieces(starts, lens)[:n], tiers)
+        caches = self.mirrors if "dram" in tiers else None
+        return self.mirror_index.matched(caches, starts, lens, n, "hbm" in tiers, "dram" in tiers)
 
     def cached_blocks_hbm_dram(self, hash_ids) -> tuple[dict, dict]:
         if self.mirrors is None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..trace.runs import tuple_of_pieces
+
 #: Tiers a block may sit in, fastest first (``ClusterView.cached_blocks``' ``tiers`` argument).
 ALL_TIERS = ("hbm", "dram", "disk")
 
@@ -144,8 +146,9 @@ class ClusterView:
         return self._replicas[replica].cache.hbm_blocks
 
     def cached_block_count_all(self) -> list[int]:
-        """:meth:`cached_block_count` of every replica, a list indexed by replica (one call)."""
-        return [rep.cache.hbm_blocks for rep in self._replicas]
+        """:meth:`cached_block_count` of every replica, a list indexed by replica (one call;
+        the holder index keeps the totals)."""
+        return self._sim.holder_index.hbm_totals(self.num_replicas)
 
     def egress_backlog_s(self, replica: int) -> float:
         """Seconds, >= 0, until ``replica``'s egress NIC has finished every transfer already
@@ -197,6 +200,27 @@ class ClusterView:
         caches = self._caches if "dram" in tiers else None
         return sim.holder_index.matched(caches, pieces[0], pieces[1], len(hash_ids),
                                         "hbm" in tiers, "dram" in tiers)
+
+    def request_pieces(self, request) -> tuple[list[int], list[int]]:
+        """``(run starts, lengths)`` of ``request.hash_ids`` (:meth:`pieces`), from the pieces
+        the simulator built the request from, without building or checking its id tuple.
+
+        The returned lists are shared: do not modify them.
+        """
+        src = request._source
+        if src is not None and len(src) == 2:
+            return src
+        return self.pieces(request.hash_ids)
+
+    def cached_blocks_all_pieces(self, starts, lens, n: int,
+                                 tiers: tuple[str, ...] = ALL_TIERS) -> dict[int, int]:
+        """:meth:`cached_blocks_all` of the path's first ``n`` blocks given by its pieces
+        (:meth:`pieces`, :meth:`request_pieces`; ``n`` at most their total length)."""
+        sim = self._sim
+        if "disk" in tiers and sim.has_disk:
+            return self._scan_all(tuple_of_pieces(starts, lens)[:n], tiers)
+        caches = self._caches if "dram" in tiers else None
+        return sim.holder_index.matched(caches, starts, lens, n, "hbm" in tiers, "dram" in tiers)
 
     def cached_blocks_hbm_dram(self, hash_ids: Sequence[int]) -> tuple[dict, dict]:
         """``(cached_blocks_all(hash_ids, ("hbm",)), cached_blocks_all(hash_ids, ("hbm",
