@@ -59,17 +59,12 @@ from __future__ import annotations
 import math
 from collections import deque
 
-import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
 from .base import Router, cached_blocks_all, kv_usage_all
-from .holder_sets import BookHolders, leading_held
 from .params import RouterParam, check_range
-
-#: Up to this many replicas :meth:`BTBAdaptiveRouter.predict` goes replica by replica (the same
-#: values as the vectorised path beyond it).
-_SCALAR_MAX = 8
+from .pending_runs import PendingRuns, request_runs, truncate_runs
 
 #: Depth grid: every block up to this depth, then ``_PER_OCTAVE`` depths per doubling.
 _DENSE = 16
@@ -118,12 +113,13 @@ class _Node:
 class _Active:
     """An active prefix: its ids, demand and warm set."""
 
-    __slots__ = ("key", "ids", "depth", "node", "last_s", "target", "pins", "pipes", "queued",
-                 "own_tokens")
+    __slots__ = ("key", "ids", "runs", "depth", "node", "last_s", "target", "pins", "pipes",
+                 "queued", "own_tokens")
 
-    def __init__(self, key, ids, node, now):
+    def __init__(self, key, ids, runs, node, now):
         self.key = key
         self.ids = ids
+        self.runs = runs         # (starts, lens) of ids
         self.depth = len(ids)
         self.node = node
         self.last_s = now
@@ -217,13 +213,14 @@ class BTBAdaptiveRouter(Router):
         self._node_order: deque = deque()            # (last touch time, id) for expiry
         self._active: dict = {}                      # prefix key -> _Active
         self._free_at = [0.0] * n                    # predicted end of dispatched prefill work
-        self._out = [dict() for _ in range(n)]       # request index -> (service s, not before s)
+        self._out = [dict() for _ in range(n)]       # request index -> service s
+        self._out_end = [dict() for _ in range(n)]   # request index -> not before s + service s
         self._decoding = [0] * n                     # requests past prefill, not finished
-        # per replica: block id -> count of queued prefills holding it, with block id -> replicas
-        # (a prefix-closed book: one walk finds every replica's pending depth)
-        self._pend = BookHolders(n)
-        self._pending = self._pend.books
+        # per replica: the paths of its queued prefills, kept per run of ids (one walk of the
+        # query's runs finds every replica's pending depth)
+        self._pend = PendingRuns()
         self._incoming = [list() for _ in range(n)]  # (ids, land_s, tid or ("pipe", key))
+        self._inc_any: set = set()                    # replicas whose _incoming is not empty
         self._tid: dict = {}                          # transfer id -> (key, dst, ids, row)
         self._req: dict = {}                          # request index -> (row, replica, ids, full)
         self._grid_cache: dict = {}
@@ -258,12 +255,19 @@ class BTBAdaptiveRouter(Router):
         end = self._free_at[replica]
         return end - now if end > now else 0.0
 
-    def _pending_blocks(self, replica: int, ids, limit: int) -> int:
-        """Leading blocks of ``ids`` that a prefill already dispatched to ``replica`` will complete."""
-        pend = self._pending[replica]
-        if not pend or limit <= 0 or ids[0] not in pend:
+    def _pending_blocks(self, replica: int, runs, limit: int) -> int:
+        """Leading blocks of the ids with runs ``runs`` that a prefill already dispatched to
+        ``replica`` will complete."""
+        if limit <= 0:
             return 0
-        return leading_held(ids, pend, limit, 1)
+        return self._pend.depth(replica, runs[0], runs[1], limit)
+
+    def _set_incoming(self, replica: int, entries: list) -> None:
+        self._incoming[replica] = entries
+        if entries:
+            self._inc_any.add(replica)
+        else:
+            self._inc_any.discard(replica)
 
     def _landing(self, replica: int, ids) -> tuple[int, float]:
         """Deepest in-flight copy to ``replica`` that is a prefix of ``ids``: (blocks, land_s)."""
@@ -282,14 +286,12 @@ class BTBAdaptiveRouter(Router):
         minimises) is the predicted TTFT plus, under ``chunked``, the delay the request adds to the
         requests already waiting there (they share its iteration), plus a large penalty at or above
         ``kv_full_fraction``."""
-        if self.view.num_replicas <= _SCALAR_MAX:
-            return self._predict_scalar(request)
-        scores, t, reused, special, now = self._predict(request)
-        return [self._entry(r, scores, t, reused, special, now)
-                for r in range(self.view.num_replicas)]
+        pred = self._scores(request, request_runs(request))
+        return [self._entry(r, pred) for r in range(self.view.num_replicas)]
 
-    def _matches(self, ids, limit):
-        """(HBM, HBM+DRAM, pending) matches of ``ids`` per replica (dicts; absent = 0)."""
+    def _matches(self, ids, runs, limit):
+        """(HBM, HBM+DRAM, pending) matches of ``ids`` (runs ``runs``) per replica (dicts;
+        absent = 0)."""
         if limit <= 0:
             return {}, {}, {}
         v = self.view
@@ -299,55 +301,46 @@ class BTBAdaptiveRouter(Router):
         else:
             hbm = cached_blocks_all(v, ids, ("hbm",))
             hbm_dram = cached_blocks_all(v, ids, ("hbm", "dram"))
-        return hbm, hbm_dram, self._pend.depths(ids, limit)
+        return hbm, hbm_dram, self._pend.depths(runs[0], runs[1], limit)
 
-    def _predict_scalar(self, request):
-        """:meth:`predict` replica by replica (:meth:`_predict_one`; cheaper than numpy for a few
-        replicas)."""
+    def _own(self, depth: int, isl: int):
+        """``(prefill seconds of the tokens after ``depth`` reused blocks before the decode share,
+        decode share per decoding request, chunk share cap)``: the per-depth part of
+        :meth:`service_s` (the decode share is ``iters x decode_g``, times the replica's decoding
+        requests), asked once per distinct depth."""
+        new = isl - depth * self.bt
+        t0 = self.cost.prefill_s(new, depth * self.bt) * self.prefill_error
+        if not self.chunked:
+            return t0, 0.0, 0
+        iters = max(1, -(-new // self.chunk_tokens))
+        t0 = max(t0, iters * self._decode_a)
+        return t0, iters * self._decode_g, self.chunk_tokens // max(1, new)
+
+    def _scores(self, request, runs):
+        """Every replica's score, without building every replica's :meth:`predict` tuple:
+        ``(scores, reused, special, own, wait, now, isl)``.
+
+        ``scores`` is a list over replicas; ``special`` the full tuples of the replicas whose
+        choice needs the per-replica rule of :meth:`_predict_one` (a prefix part in DRAM worth
+        loading, or a copy landing there); ``reused`` the blocks every other replica with a match
+        reuses (``max(HBM match, pending depth)``; absent: 0, cold). Those replicas start now and
+        are scored with the same IEEE-754 operations in the same order as :meth:`_predict_one`
+        (the cost model asked once per distinct reuse depth, :meth:`_own`), so both agree bit for
+        bit. The matches come from one walk of the view's holder index and of the pending book
+        each; the per-replica part is one pass over plain lists."""
         v = self.view
         ids = request.hash_ids
         isl = int(request.input_length)
         limit = min((isl - 1) // self.bt, request.full_blocks, len(ids))
         now = v.now_s
-        usage = kv_usage_all(v)
-        hbm, hbm_dram, pend = self._matches(ids, limit)
-        return [self._predict_one(r, ids, isl, limit, now, hbm.get(r, 0), hbm_dram.get(r, 0),
-                                  pend.get(r, 0), usage[r]) for r in range(v.num_replicas)]
-
-    @staticmethod
-    def _entry(r, scores, t, reused, special, now):
-        p = special.get(r)
-        if p is not None:
-            return p
-        m = int(reused[r])
-        return (float(scores[r]), float(t[r]), "warm" if m else "cold", m, now)
-
-    def _predict(self, request):
-        """:meth:`predict` for every replica at once: ``(scores, ttft, reused, special, now)``.
-
-        ``scores`` and ``ttft`` are float64 arrays over replicas, ``reused`` int64 blocks, and
-        ``special`` the full tuples of the replicas whose choice needs the per-replica rule of
-        :meth:`_predict_one` (a prefix part in DRAM worth loading, or a copy landing there). The
-        matches come from one walk of the view's holder index and of the pending book each. Every
-        other replica reuses ``max(HBM match, pending depth)`` blocks (0: cold), starts now, and is
-        scored for all replicas at once with the same IEEE-754 operations in the same order as
-        :meth:`_predict_one` (the cost model is asked once per distinct reuse depth), so both agree
-        bit for bit."""
-        v = self.view
-        bt = self.bt
-        ids = request.hash_ids
-        isl = int(request.input_length)
-        limit = min((isl - 1) // bt, request.full_blocks, len(ids))
-        now = v.now_s
         n = v.num_replicas
         usage = kv_usage_all(v)
         special = {}
-        reused = np.zeros(n, np.int64)
+        reused = {}
         if limit > 0:
-            hbm, hbm_dram, pend = self._matches(ids, limit)
-            for r, inc in enumerate(self._incoming):
-                if inc:
-                    special[r] = None
+            hbm, hbm_dram, pend = self._matches(ids, runs, limit)
+            for r in self._inc_any:
+                special[r] = None
             for r, md in hbm_dram.items():
                 if r in special:
                     continue
@@ -358,41 +351,62 @@ class BTBAdaptiveRouter(Router):
                     special[r] = None           # DRAM holds more: load or recompute, per replica
                     continue
                 p = pend.get(r, 0)
-                reused[r] = p if p > m else m
+                d = p if p > m else m
+                if d:
+                    reused[r] = d
             for r, p in pend.items():
                 if r not in special and r not in hbm_dram:
                     reused[r] = p
             for r in special:
                 special[r] = self._predict_one(r, ids, isl, limit, now, hbm.get(r, 0),
                                                hbm_dram.get(r, 0), pend.get(r, 0), usage[r])
-        free = np.array(self._free_at)
-        wait = np.where(free > now, free - now, 0.0)
-        depths, inv = np.unique(reused, return_inverse=True)
-        own0, iters_g, cap = [], [], []
-        for d in depths.tolist():
-            new = isl - d * bt
-            t0 = self.cost.prefill_s(new, d * bt) * self.prefill_error
-            if self.chunked:
-                iters = max(1, -(-new // self.chunk_tokens))
-                t0 = max(t0, iters * self._decode_a)
-                iters_g.append(iters * self._decode_g)
-                cap.append(self.chunk_tokens // max(1, new))
-            own0.append(t0)
-        own = np.array(own0)[inv]
-        if self.chunked:
-            own = own + np.array(iters_g)[inv] * np.array(self._decoding, np.float64)
-        t = (wait + 0.0) + own
-        scores = t.copy()
-        if self.chunked:
-            queued = np.array([len(o) for o in self._out], np.int64)
-            share = np.minimum(queued - 1, np.array(cap, np.int64)[inv])
-            add = (queued > 0) & (share > 0)
-            scores[add] += own[add] * share[add]
-        scores[np.array(usage) >= self.kv_full_fraction] += 1e6
+        own = {0: self._own(0, isl)}
+        for d in reused.values():
+            if d not in own:
+                own[d] = self._own(d, isl)
+        free = self._free_at
+        if not self.chunked:
+            own0 = own[0][0]
+            scores = [(f - now) + own0 if f > now else 0.0 + own0 for f in free]
+            for r, d in reused.items():
+                f = free[r]
+                scores[r] = (f - now if f > now else 0.0) + own[d][0]
+        else:
+            dec = self._decoding
+            out = self._out
+            scores = [0.0] * n
+            for r in range(n):
+                o0, og, cap = own[reused.get(r, 0)]
+                f = free[r]
+                o = o0 + og * dec[r]
+                s = (f - now if f > now else 0.0) + o
+                q = len(out[r])
+                if q > 0:
+                    share = q - 1 if q - 1 < cap else cap
+                    if share > 0:
+                        s += o * share
+                scores[r] = s
+        full = self.kv_full_fraction
+        if max(usage) >= full:
+            for r in range(n):
+                if usage[r] >= full:
+                    scores[r] += 1e6
         for r, p in special.items():
             scores[r] = p[0]
-            t[r] = p[1]
-        return scores, t, reused, special, now
+        return scores, reused, special, own, now, isl
+
+    def _entry(self, r, pred):
+        """Replica ``r``'s :meth:`predict` tuple from :meth:`_scores`' result."""
+        scores, reused, special, own, now, isl = pred
+        p = special.get(r)
+        if p is not None:
+            return p
+        m = reused.get(r, 0)
+        o0, og, _cap = own[m]
+        o = o0 + og * self._decoding[r] if self.chunked else o0
+        f = self._free_at[r]
+        t = (f - now if f > now else 0.0) + o
+        return (scores[r], t, "warm" if m else "cold", m, now)
 
     def _predict_one(self, r, ids, isl, limit, now, m, md, p, usage):
         """One replica's :meth:`predict` tuple, given its HBM match ``m``, HBM+DRAM match
@@ -429,23 +443,6 @@ class BTBAdaptiveRouter(Router):
         if usage >= self.kv_full_fraction:
             score += 1e6       # avoided while any replica is below the threshold
         return (score, t, kind, m, ready)
-
-    def _argmin_scores(self, scores: np.ndarray) -> int:
-        """:meth:`_argmin` of a float64 array (the same tolerance and the same random draw)."""
-        cands = self.candidates()
-        if len(cands) != len(scores):    # cluster events: only routable replicas
-            idx = np.array(cands, np.int64)
-            sub = scores[idx]
-            lo = float(sub.min())
-            tol = 1e-9 + 1e-9 * abs(lo)
-            tied = idx[sub - lo <= tol].tolist()
-        else:
-            lo = float(scores.min())
-            tol = 1e-9 + 1e-9 * abs(lo)
-            tied = np.flatnonzero(scores - lo <= tol).tolist()
-        if len(tied) == 1:
-            return tied[0]
-        return tied[int(self.view.rng.integers(len(tied)))]
 
     def _argmin(self, values: list[float]) -> int:
         cands = self.candidates()
@@ -528,9 +525,10 @@ class BTBAdaptiveRouter(Router):
         complete = sorted(r for r, m in cached_blocks_all(self.view, ids, ("hbm", "dram")).items()
                           if m >= n)
         done = set(complete)
-        coming = {r for r, k in self._pend.depths(ids, n).items() if k >= n and r not in done}
-        coming.update(r for r, inc in enumerate(self._incoming)
-                      if inc and r not in done and self._landing(r, ids)[0] >= n)
+        coming = {r for r, k in self._pend.depths(act.runs[0], act.runs[1], n).items()
+                  if k >= n and r not in done}
+        coming.update(r for r in self._inc_any
+                      if r not in done and self._landing(r, ids)[0] >= n)
         coming.update(r for r in act.pipes if r not in done)
         return complete, sorted(coming)
 
@@ -598,6 +596,7 @@ class BTBAdaptiveRouter(Router):
         # hold: requests on dst that would reuse the copy wait for it instead of recomputing
         tid = v.start_transfer(src, dst, ids, from_block=first_block, hold=True)
         self._incoming[dst].append((ids, land_s, tid))
+        self._inc_any.add(dst)
         row = len(self.ledger)
         self._tid[tid] = (act.key, dst, ids, row)
         self.ledger.append({"time_s": v.now_s, "event": "copy", "prefix_blocks": len(ids),
@@ -618,7 +617,7 @@ class BTBAdaptiveRouter(Router):
         """Choose destinations that will receive the prefix chunk by chunk from the replica whose
         first prefill of it is running."""
         v = self.view
-        srcs = [r for r in coming if self._pending_blocks(r, act.ids, act.depth) >= act.depth
+        srcs = [r for r in coming if self._pending_blocks(r, act.runs, act.depth) >= act.depth
                 and r not in act.pipes]
         if not srcs:
             return
@@ -636,6 +635,7 @@ class BTBAdaptiveRouter(Router):
                      + self.cost.setup_latency_s["rdma"])
             v.hold_prefix(dst, act.ids, ready + self.rate_window_s)
             self._incoming[dst].append((act.ids, ready, ("pipe", act.key)))
+            self._inc_any.add(dst)
             self.ledger.append({"time_s": v.now_s, "event": "pipe", "prefix_blocks": act.depth,
                                 "rate_per_s": self._rate(act.node), "service_s": float("nan"),
                                 "target": act.target, "src": srcs[0], "dst": dst,
@@ -704,6 +704,7 @@ class BTBAdaptiveRouter(Router):
     def route(self, request) -> int:
         v = self.view
         now = v.now_s
+        runs = request_runs(request)
         found = self._observe(request)
         if self._active:
             self._release_idle()
@@ -712,32 +713,30 @@ class BTBAdaptiveRouter(Router):
             key = request.hash_ids[depth - 1]
             act = self._active.get(key)
             if act is None:
-                act = self._active[key] = _Active(key, tuple(request.hash_ids[:depth]), node, now)
+                act = self._active[key] = _Active(key, tuple(request.hash_ids[:depth]),
+                                                  truncate_runs(runs[0], runs[1], depth), node, now)
             act.last_s = now
             self._size_warm_set(act, request)
-        if v.num_replicas <= _SCALAR_MAX:
-            pred = self._predict_scalar(request)
-            r = self._argmin([p[0] for p in pred])
-            _score, t, kind, m, ready = pred[r]
-        else:
-            scores, ttft, reused, special, now = self._predict(request)
-            r = self._argmin_scores(scores)
-            _score, t, kind, m, ready = self._entry(r, scores, ttft, reused, special, now)
+        pred = self._scores(request, runs)
+        r = self._argmin(pred[0])
+        _score, t, kind, m, ready = self._entry(r, pred)
         # book it
         bt = self.bt
         service = self.service_s(int(request.input_length) - m * bt, m * bt, r)
         start = max(now, self._free_at[r], ready)
         self._free_at[r] = start + service
-        self._out[r][request.index] = (service, ready)
+        self._out[r][request.index] = service
+        self._out_end[r][request.index] = ready + service
         ids = request.hash_ids
         full = min(request.full_blocks, len(ids))
-        self._pend.add(r, ids[:full])
+        fruns = truncate_runs(runs[0], runs[1], full)
+        self._pend.add(r, fruns[0], fruns[1])
         keys = []
         for key, act in self._active.items():
             if full >= act.depth and ids[act.depth - 1] == key:
                 act.queued += 1
                 keys.append(key)
-        self._req[request.index] = (len(self.requests), r, ids, full, keys)
+        self._req[request.index] = (len(self.requests), r, fruns, keys)
         self.requests.append([request.index, now, r, kind, m, t, float("nan")])
         return r
 
@@ -746,22 +745,25 @@ class BTBAdaptiveRouter(Router):
         v = self.view
         out = self._out[replica]
         out.pop(request.index, None)
+        ends = self._out_end[replica]
+        ends.pop(request.index, None)
         # reconcile: the work still dispatched there, after now; a request waiting for a copy
         # cannot start before its landing (the others do not wait for it)
         now = v.now_s
-        end = now + sum(x[0] for x in out.values())
-        for svc, ready in out.values():
-            if ready + svc > end:
-                end = ready + svc
+        end = now + sum(out.values())
+        if ends:
+            last = max(ends.values())
+            if last > end:
+                end = last
         self._free_at[replica] = end
         info = self._req.pop(request.index, None)
         if info is not None:
-            row, r, ids, full, keys = info
+            row, r, fruns, keys = info
             for key in keys:
                 act = self._active.get(key)
                 if act is not None:
                     act.queued -= 1
-            self._pend.remove(r, ids[:full])
+            self._pend.remove(r, fruns[0], fruns[1])
             self.requests[row][6] = v.now_s - self.requests[row][1]
         if request.output_length > 1:
             self._decoding[replica] += 1
@@ -784,7 +786,7 @@ class BTBAdaptiveRouter(Router):
             # the last chunk of a pipelined copy landed: the destination is warm
             inc = [x for x in inc if x[2] != ("pipe", key)]
             self.view.release_hold(dst, ids)
-        self._incoming[dst] = inc
+        self._set_incoming(dst, inc)
         self.ledger[row]["landed_s"] = self.view.now_s
         self.ledger[row]["landed_blocks"] = num_blocks
         act = self._active.get(key)
@@ -805,19 +807,21 @@ class BTBAdaptiveRouter(Router):
                 if src == replica:
                     del act.pipes[dst]
                     v.release_hold(dst, act.ids)
-                    self._incoming[dst] = [x for x in self._incoming[dst] if x[2] != ("pipe", act.key)]
+                    self._set_incoming(dst, [x for x in self._incoming[dst]
+                                             if x[2] != ("pipe", act.key)])
         for tid, entry in list(self._tid.items()):
             if entry[1] == replica:
                 del self._tid[tid]
-        for idx, (_, r, _, _, keys) in list(self._req.items()):
+        for idx, (_, r, _, keys) in list(self._req.items()):
             if r == replica:        # lost before its prefill ended: it no longer queues there
                 for key in keys:
                     act = self._active.get(key)
                     if act is not None and act.queued > 0:
                         act.queued -= 1
                 del self._req[idx]
-        self._incoming[replica] = []
+        self._set_incoming(replica, [])
         self._out[replica] = {}
+        self._out_end[replica] = {}
         self._free_at[replica] = v.now_s
         self._decoding[replica] = 0
 
