@@ -340,23 +340,37 @@ class BTBAdaptiveRouter(Router):
         if limit > 0:
             hbm, hbm_dram, pend = self._matches(ids, runs, limit)
             for r in self._inc_any:
-                special[r] = None
-            for r, md in hbm_dram.items():
-                if r in special:
-                    continue
-                m = hbm.get(r, 0)
-                if m > limit:
-                    m = limit
-                if (md if md < limit else limit) > m:
-                    special[r] = None           # DRAM holds more: load or recompute, per replica
-                    continue
-                p = pend.get(r, 0)
-                d = p if p > m else m
-                if d:
-                    reused[r] = d
-            for r, p in pend.items():
-                if r not in special and r not in hbm_dram:
-                    reused[r] = p
+                # a copy landing there that is a prefix of ids: the per-replica rule (without
+                # one, _predict_one gives what the common rule below gives)
+                if self._landing(r, ids)[0]:
+                    special[r] = None
+            if hbm_dram == hbm:
+                # no DRAM part anywhere (one C-level comparison): every holder reuses
+                # max(min(HBM, limit), pending); a special replica's entry is overridden
+                if hbm and max(hbm.values()) > limit:
+                    reused = {r: (m if m < limit else limit) for r, m in hbm.items()}
+                else:
+                    reused = hbm.copy()
+                for r, p in pend.items():
+                    if p > reused.get(r, 0):
+                        reused[r] = p
+            else:
+                for r, md in hbm_dram.items():
+                    if r in special:
+                        continue
+                    m = hbm.get(r, 0)
+                    if m > limit:
+                        m = limit
+                    if (md if md < limit else limit) > m:
+                        special[r] = None       # DRAM holds more: load or recompute, per replica
+                        continue
+                    p = pend.get(r, 0)
+                    d = p if p > m else m
+                    if d:
+                        reused[r] = d
+                for r, p in pend.items():
+                    if r not in special and r not in hbm_dram:
+                        reused[r] = p
             for r in special:
                 special[r] = self._predict_one(r, ids, isl, limit, now, hbm.get(r, 0),
                                                hbm_dram.get(r, 0), pend.get(r, 0), usage[r])
@@ -367,10 +381,14 @@ class BTBAdaptiveRouter(Router):
         free = self._free_at
         if not self.chunked:
             own0 = own[0][0]
-            scores = [(f - now) + own0 if f > now else 0.0 + own0 for f in free]
-            for r, d in reused.items():
-                f = free[r]
-                scores[r] = (f - now if f > now else 0.0) + own[d][0]
+            if reused:
+                # each replica's own prefill seconds, set by C-level maps (no per-holder loop)
+                per = [own0] * n
+                first = {d: o[0] for d, o in own.items()}
+                any(map(per.__setitem__, reused.keys(), map(first.__getitem__, reused.values())))
+                scores = [(f - now) + o if f > now else 0.0 + o for f, o in zip(free, per)]
+            else:
+                scores = [(f - now) + own0 if f > now else 0.0 + own0 for f in free]
         else:
             dec = self._decoding
             out = self._out
@@ -453,6 +471,9 @@ class BTBAdaptiveRouter(Router):
         else:
             lo = min(values)
             tol = 1e-9 + 1e-9 * abs(lo)
+            i = values.index(lo)
+            if len(values) == 1 or min(values[:i] + values[i + 1:]) - lo > tol:
+                return i      # x - lo grows with x: no other replica within the tolerance
             tied = [r for r, x in enumerate(values) if x - lo <= tol]
         if len(tied) == 1:
             return tied[0]
@@ -522,8 +543,11 @@ class BTBAdaptiveRouter(Router):
     def _holders(self, act) -> tuple[list[int], list[int]]:
         """Replicas with the prefix complete (HBM or DRAM), and those with it pending or landing."""
         ids, n = act.ids, act.depth
-        complete = sorted(r for r, m in cached_blocks_all(self.view, ids, ("hbm", "dram")).items()
-                          if m >= n)
+        held = cached_blocks_all(self.view, ids, ("hbm", "dram"))
+        if held and min(held.values()) >= n:
+            complete = sorted(held)     # every holder has it all (C-level)
+        else:
+            complete = sorted(r for r, m in held.items() if m >= n)
         done = set(complete)
         coming = {r for r, k in self._pend.depths(act.runs[0], act.runs[1], n).items()
                   if k >= n and r not in done}
@@ -674,6 +698,8 @@ class BTBAdaptiveRouter(Router):
     # -- pinning (h) ---------------------------------------------------------------------------
     def _pin(self, act, complete) -> None:
         v = self.view
+        if act.pins.keys() >= set(complete):
+            return            # every complete holder pinned already (C-level check)
         for r in complete:
             if r not in act.pins:
                 k = v.pin_prefix(r, act.ids)
