@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from operator import itemgetter
 
 import pandas as pd
 
@@ -102,11 +103,15 @@ def common_prefix(a, b, lo: int = 0) -> int:
 
 
 class _Node:
-    __slots__ = ("times", "recent", "first_s")
+    """A grid node of the detection index: the arrivals that touched it, as ``(time, hash_ids)``
+    (one tuple per arrival, shared by every node it touches), oldest first. Kept: every arrival
+    within ``rate_window_s`` of the last one (the rate estimate) and at least the last X (the
+    detection test), so the front may hold up to X older ones."""
 
-    def __init__(self, x: int, now: float) -> None:
-        self.times: deque = deque()          # arrival times within the rate window
-        self.recent: deque = deque(maxlen=x)  # last X (time, hash_ids)
+    __slots__ = ("hist", "first_s")
+
+    def __init__(self, now: float) -> None:
+        self.hist: deque = deque()
         self.first_s = now
 
 
@@ -210,7 +215,8 @@ class BTBAdaptiveRouter(Router):
         self._decode_a = self.cost.decode_step_s(1, 0)
         self.min_copy_blocks = self._min_copy_blocks()
         self._nodes: dict = {}                       # grid node id -> _Node
-        self._node_order: deque = deque()            # (last touch time, id) for expiry
+        self._expired_s = -math.inf                  # time of the last expiry (see _observe)
+        self._sweep_at = 4096                        # sweep dead nodes past this many
         self._active: dict = {}                      # prefix key -> _Active
         self._free_at = [0.0] * n                    # predicted end of dispatched prefill work
         self._out = [dict() for _ in range(n)]       # request index -> service s
@@ -481,64 +487,87 @@ class BTBAdaptiveRouter(Router):
 
     # -- detection -----------------------------------------------------------------------------
     def _grid(self, n: int) -> list[int]:
+        return self._grid_keys(n)[0]
+
+    def _grid_keys(self, n: int):
+        """``(grid_depths(n), getter)``: ``getter(ids)`` is the tuple of the grid nodes' ids
+        ``ids[d - 1]`` (one C-level call)."""
         g = self._grid_cache.get(n)
         if g is None:
-            g = self._grid_cache[n] = grid_depths(n)
+            depths = grid_depths(n)
+            get = itemgetter(*[d - 1 for d in depths])
+            if len(depths) == 1:
+                get = (lambda one: lambda ids: (one(ids),))(get)
+            g = self._grid_cache[n] = (depths, get)
         return g
 
     def _observe(self, request):
         """Update the prefix index with ``request``; return ``(depth, node)`` of the deepest
-        prefix X arrivals share within ``z_s`` (depth >= :attr:`min_copy_blocks`), or None."""
+        prefix X arrivals share within ``z_s`` (depth >= :attr:`min_copy_blocks`), or None.
+
+        Each grid node on the request's path is touched in depth order: the arrival joins its
+        history, and the node is *detected* when its X-th last arrival is within ``z_s``; after a
+        detected node the walk stops at the first node that is not (deeper nodes are shared by
+        fewer arrivals). A node expires ``rate_window_s`` after its last arrival: after each
+        arrival at ``now`` exactly the nodes with ``now - last > rate_window_s`` are gone, so a
+        node found dead by that test (against the time of the last arrival) is taken as absent and
+        replaced, and dead nodes are swept from the dict only when it has grown (not per arrival).
+        """
         now = self.view.now_s
         ids = request.hash_ids
         full = min(request.full_blocks, len(ids))
         if full < 1:
             return None
         nodes = self._nodes
+        get = nodes.get
         x, z, w = self.x_repeats, self.z_s + 1e-9, self.rate_window_s
+        expired = self._expired_s     # time of the last arrival: nodes idle since are gone
+        entry = (now, ids)
         found = None
-        for d in self._grid(full):
-            key = ids[d - 1]
-            node = nodes.get(key)
-            if node is None:
-                node = nodes[key] = _Node(x, now)
-            times = node.times
-            times.append(now)
-            while now - times[0] > w:
-                times.popleft()
-            node.recent.append((now, ids))
-            if len(node.recent) == x and now - node.recent[0][0] <= z:
+        depths, keys = self._grid_keys(full)
+        for d, key in zip(depths, keys(ids)):
+            node = get(key)
+            if node is None or expired - node.hist[-1][0] > w:
+                node = nodes[key] = _Node(now)
+            hist = node.hist
+            hist.append(entry)
+            while len(hist) > x and now - hist[0][0] > w:
+                hist.popleft()
+            if len(hist) >= x and now - hist[-x][0] <= z:
                 found = (d, node)
             elif found is not None:
                 break          # deeper nodes are shared by fewer arrivals
-        self._node_order.append((now, full, ids))
-        self._expire(now)
+        self._expired_s = now
+        if len(nodes) > self._sweep_at:
+            self._sweep(now)
         if found is None:
             return None
         d, node = found
         depth = full
-        for _t, other in list(node.recent)[:-1]:
-            depth = min(depth, common_prefix(ids, other, d))
+        hist = node.hist
+        for k in range(len(hist) - x, len(hist) - 1):
+            depth = min(depth, common_prefix(ids, hist[k][1], d))
         if depth < self.min_copy_blocks:
             return None
         return depth, node
 
-    def _expire(self, now: float) -> None:
-        order = self._node_order
+    def _sweep(self, now: float) -> None:
+        """Drop the nodes expired at ``now`` (no arrival for ``rate_window_s``)."""
         w = self.rate_window_s
-        nodes = self._nodes
-        while order and now - order[0][0] > w:
-            t, full, ids = order.popleft()
-            for d in self._grid(full):
-                node = nodes.get(ids[d - 1])
-                if node is not None and now - node.recent[-1][0] > w:
-                    del nodes[ids[d - 1]]
+        self._nodes = {k: n for k, n in self._nodes.items() if not now - n.hist[-1][0] > w}
+        self._sweep_at = max(4096, 2 * len(self._nodes))
 
     # -- warm set ------------------------------------------------------------------------------
     def _rate(self, node) -> float:
         now = self.view.now_s
         span = max(self.z_s, min(self.rate_window_s, now - node.first_s))
-        return len(node.times) / span
+        hist = node.hist
+        w = self.rate_window_s
+        last = hist[-1][0]
+        k = 0
+        while last - hist[k][0] > w:     # older arrivals kept only for the detection test
+            k += 1
+        return (len(hist) - k) / span
 
     def _holders(self, act) -> tuple[list[int], list[int]]:
         """Replicas with the prefix complete (HBM or DRAM), and those with it pending or landing."""

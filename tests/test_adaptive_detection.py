@@ -1,0 +1,115 @@
+"""``btb_adaptive``'s detection index (issue 14) against the plain computation it replaced: every
+grid node keeps its arrival times and its last X arrivals, and every arrival walks the grid of an
+arrival ``rate_window_s`` old again to delete the nodes it touched that have been idle since."""
+
+from __future__ import annotations
+
+from collections import deque
+from types import SimpleNamespace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from btb_core.routers.btb_adaptive import BTBAdaptiveRouter, common_prefix, grid_depths
+
+from test_router_incremental import chain, interned
+
+
+class _RefNode:
+    def __init__(self, x, now):
+        self.times = deque()
+        self.recent = deque(maxlen=x)
+        self.first_s = now
+
+
+class ReferenceDetector:
+    """The node-by-node index with eager expiry (``btb_adaptive`` before issue 14's round)."""
+
+    def __init__(self, x, z, w, min_copy_blocks):
+        self.x, self.z, self.w, self.min_copy = x, z, w, min_copy_blocks
+        self.nodes, self.order = {}, deque()
+
+    def observe(self, now, ids, full):
+        if full < 1:
+            return None
+        x, z, w = self.x, self.z + 1e-9, self.w
+        found = None
+        for d in grid_depths(full):
+            node = self.nodes.get(ids[d - 1])
+            if node is None:
+                node = self.nodes[ids[d - 1]] = _RefNode(x, now)
+            node.times.append(now)
+            while now - node.times[0] > w:
+                node.times.popleft()
+            node.recent.append((now, ids))
+            if len(node.recent) == x and now - node.recent[0][0] <= z:
+                found = (d, node)
+            elif found is not None:
+                break
+        self.order.append((now, full, ids))
+        while self.order and now - self.order[0][0] > w:
+            _, f, old = self.order.popleft()
+            for d in grid_depths(f):
+                node = self.nodes.get(old[d - 1])
+                if node is not None and now - node.recent[-1][0] > w:
+                    del self.nodes[old[d - 1]]
+        if found is None:
+            return None
+        d, node = found
+        depth = full
+        for _t, other in list(node.recent)[:-1]:
+            depth = min(depth, common_prefix(ids, other, d))
+        return None if depth < self.min_copy else (depth, node)
+
+    def rate(self, node, now):
+        return len(node.times) / max(self.z, min(self.w, now - node.first_s))
+
+
+def fast_detector(x, z, w, min_copy_blocks, clock):
+    router = BTBAdaptiveRouter(x_repeats=x, z_s=z, rate_window_s=w)
+    router.view = clock
+    router.min_copy_blocks = min_copy_blocks
+    router._nodes, router._grid_cache = {}, {}
+    router._expired_s, router._sweep_at = float("-inf"), 6     # sweep often
+    return router
+
+
+ARRIVALS = st.lists(st.tuples(st.lists(st.integers(0, 2), min_size=0, max_size=40),  # tokens
+                              st.integers(0, 8),                                      # time step
+                              st.integers(0, 3)),                                     # ids past full
+                    min_size=1, max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(arrivals=ARRIVALS, x=st.integers(2, 4), z=st.sampled_from([0.5, 1.0, 3.0]),
+       w=st.sampled_from([0.5, 2.0, 10.0]), min_copy=st.integers(1, 20))
+def test_detection_equals_the_node_by_node_index(arrivals, x, z, w, min_copy):
+    """Same detected depth, same node histories (rate, first arrival) for every live node, and
+    the same set of live nodes after every arrival, for any X, z_s and rate_window_s (a window
+    shorter than z_s too: the nodes then keep their last X arrivals past the window)."""
+    # long shared prefixes (repeat each token so paths run past the grid's dense part)
+    paths = interned([chain([t for t in toks for _ in range(3)]) for toks, _, _ in arrivals])
+    clock = SimpleNamespace(now_s=0.0)
+    ref = ReferenceDetector(x, z, w, min_copy)
+    fast = fast_detector(x, z, w, min_copy, clock)
+    now = 0.0
+    for (_, dt, cut), ids in zip(arrivals, paths):
+        now += dt / 4
+        clock.now_s = now
+        full = max(0, len(ids) - cut)
+        req = SimpleNamespace(hash_ids=ids, full_blocks=full)
+        want = ref.observe(now, ids, full)
+        got = fast._observe(req)
+        assert (want is None) == (got is None)
+        if want is not None:
+            assert want[0] == got[0]
+            assert ref.rate(want[1], now) == fast._rate(got[1])
+        # live: not idle for rate_window_s at the last expiry (an arrival without a complete
+        # block expires nothing, in both)
+        live = {k: n for k, n in fast._nodes.items()
+                if not fast._expired_s - n.hist[-1][0] > w}
+        assert set(live) == set(ref.nodes)
+        for k, node in ref.nodes.items():
+            assert live[k].first_s == node.first_s
+            assert fast._rate(live[k]) == ref.rate(node, now)
+            assert [t for t, _ in list(live[k].hist)[-x:]] == [t for t, _ in node.recent]
