@@ -58,7 +58,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import itemgetter, sub
 
 import pandas as pd
 
@@ -102,17 +103,18 @@ def common_prefix(a, b, lo: int = 0) -> int:
     return lo
 
 
-class _Node:
-    """A grid node of the detection index: the arrivals that touched it, as ``(time, hash_ids)``
-    (one tuple per arrival, shared by every node it touches), oldest first. Kept: every arrival
-    within ``rate_window_s`` of the last one (the rate estimate) and at least the last X (the
-    detection test), so the front may hold up to X older ones."""
+class _Node(deque):
+    """A grid node of the detection index: a deque of the arrivals that touched it, as
+    ``(time, hash_ids)`` (one tuple per arrival, shared by every node it touches), oldest first,
+    and ``first_s``, its creation time. Kept: every arrival within ``rate_window_s`` of the last
+    one (the rate estimate) and at least the last X (the detection test), so the front may hold up
+    to X older ones."""
 
-    __slots__ = ("hist", "first_s")
+    __slots__ = ("first_s",)
 
-    def __init__(self, now: float) -> None:
-        self.hist: deque = deque()
-        self.first_s = now
+    @property
+    def hist(self) -> "_Node":
+        return self
 
 
 class _Active:
@@ -480,7 +482,8 @@ class BTBAdaptiveRouter(Router):
             i = values.index(lo)
             if len(values) == 1 or min(values[:i] + values[i + 1:]) - lo > tol:
                 return i      # x - lo grows with x: no other replica within the tolerance
-            tied = [r for r, x in enumerate(values) if x - lo <= tol]
+            # [r for r, x in enumerate(values) if x - lo <= tol], iterated in C
+            tied = list(compress(range(len(values)), map(tol.__ge__, map(sub, values, repeat(lo)))))
         if len(tied) == 1:
             return tied[0]
         return tied[int(self.view.rng.integers(len(tied)))]
@@ -527,13 +530,14 @@ class BTBAdaptiveRouter(Router):
         depths, keys = self._grid_keys(full)
         for d, key in zip(depths, keys(ids)):
             node = get(key)
-            if node is None or expired - node.hist[-1][0] > w:
-                node = nodes[key] = _Node(now)
-            hist = node.hist
-            hist.append(entry)
-            while len(hist) > x and now - hist[0][0] > w:
-                hist.popleft()
-            if len(hist) >= x and now - hist[-x][0] <= z:
+            if node is None or expired - node[-1][0] > w:
+                node = nodes[key] = _Node()
+                node.first_s = now
+            node.append(entry)
+            if now - node[0][0] > w:
+                while now - node[0][0] > w and len(node) > x:
+                    node.popleft()
+            if len(node) >= x and now - node[-x][0] <= z:
                 found = (d, node)
             elif found is not None:
                 break          # deeper nodes are shared by fewer arrivals
@@ -554,7 +558,7 @@ class BTBAdaptiveRouter(Router):
     def _sweep(self, now: float) -> None:
         """Drop the nodes expired at ``now`` (no arrival for ``rate_window_s``)."""
         w = self.rate_window_s
-        self._nodes = {k: n for k, n in self._nodes.items() if not now - n.hist[-1][0] > w}
+        self._nodes = {k: n for k, n in self._nodes.items() if not now - n[-1][0] > w}
         self._sweep_at = max(4096, 2 * len(self._nodes))
 
     # -- warm set ------------------------------------------------------------------------------
