@@ -58,8 +58,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from itertools import compress, repeat
-from operator import itemgetter, sub
+from operator import itemgetter
 
 import pandas as pd
 
@@ -477,13 +476,28 @@ class BTBAdaptiveRouter(Router):
             tol = 1e-9 + 1e-9 * abs(lo)
             tied = [r for r in cands if values[r] - lo <= tol]
         else:
-            lo = min(values)
+            # tied = [r for r, x in enumerate(values) if x - lo <= tol], found from the sorted
+            # values (C-level sort; x - lo only grows with x, so the tied are the k smallest)
+            srt = sorted(values)
+            lo = srt[0]
             tol = 1e-9 + 1e-9 * abs(lo)
-            i = values.index(lo)
-            if len(values) == 1 or min(values[:i] + values[i + 1:]) - lo > tol:
-                return i      # x - lo grows with x: no other replica within the tolerance
-            # [r for r, x in enumerate(values) if x - lo <= tol], iterated in C
-            tied = list(compress(range(len(values)), map(tol.__ge__, map(sub, values, repeat(lo)))))
+            n = len(srt)
+            if n == 1 or srt[1] - lo > tol:
+                return values.index(lo)
+            a, b = 2, n              # srt[:a] tied; srt[b:] not
+            while a < b:
+                mid = (a + b) // 2
+                if srt[mid] - lo <= tol:
+                    a = mid + 1
+                else:
+                    b = mid
+            if srt[a - 1] == lo:     # every tied replica scores exactly lo: the j-th of them
+                j = int(self.view.rng.integers(a))
+                i = values.index(lo)
+                for _ in range(j):
+                    i = values.index(lo, i + 1)
+                return i
+            tied = [r for r, x in enumerate(values) if x - lo <= tol]
         if len(tied) == 1:
             return tied[0]
         return tied[int(self.view.rng.integers(len(tied)))]
