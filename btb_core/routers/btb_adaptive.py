@@ -231,6 +231,7 @@ class BTBAdaptiveRouter(Router):
         self._tid: dict = {}                          # transfer id -> (key, dst, ids, row)
         self._req: dict = {}                          # request index -> (row, replica, ids, full)
         self._grid_cache: dict = {}
+        self._acted = False                          # a copy, pin or hold started (see route)
         #: Decision ledger: one dict per copy made / skipped, warm-set change and pin.
         self.ledger: list[dict] = []
         #: One row per routed request (replica, choice, predicted / actual TTFT).
@@ -296,18 +297,21 @@ class BTBAdaptiveRouter(Router):
         pred = self._scores(request, request_runs(request))
         return [self._entry(r, pred) for r in range(self.view.num_replicas)]
 
-    def _matches(self, ids, runs, limit):
-        """(HBM, HBM+DRAM, pending) matches of ``ids`` (runs ``runs``) per replica (dicts;
-        absent = 0)."""
-        if limit <= 0:
-            return {}, {}, {}
+    def _cached(self, ids):
+        """(HBM, HBM+DRAM) matches of ``ids`` per replica from the view (dicts; absent = 0)."""
         v = self.view
         both = getattr(v, "cached_blocks_hbm_dram", None)
         if both is not None:
-            hbm, hbm_dram = both(ids)
-        else:
-            hbm = cached_blocks_all(v, ids, ("hbm",))
-            hbm_dram = cached_blocks_all(v, ids, ("hbm", "dram"))
+            return both(ids)
+        return cached_blocks_all(v, ids, ("hbm",)), cached_blocks_all(v, ids, ("hbm", "dram"))
+
+    def _matches(self, ids, runs, limit, cached=None):
+        """(HBM, HBM+DRAM, pending) matches of ``ids`` (runs ``runs``) per replica (dicts;
+        absent = 0). ``cached``: :meth:`_cached` of ``ids`` taken earlier in this arrival with
+        no copy, pin or hold started since (the view's answer is the same)."""
+        if limit <= 0:
+            return {}, {}, {}
+        hbm, hbm_dram = cached if cached is not None else self._cached(ids)
         return hbm, hbm_dram, self._pend.depths(runs[0], runs[1], limit)
 
     def _own(self, depth: int, isl: int):
@@ -323,7 +327,7 @@ class BTBAdaptiveRouter(Router):
         t0 = max(t0, iters * self._decode_a)
         return t0, iters * self._decode_g, self.chunk_tokens // max(1, new)
 
-    def _scores(self, request, runs):
+    def _scores(self, request, runs, cached=None):
         """Every replica's score, without building every replica's :meth:`predict` tuple:
         ``(scores, reused, special, own, wait, now, isl)``.
 
@@ -345,7 +349,7 @@ class BTBAdaptiveRouter(Router):
         special = {}
         reused = {}
         if limit > 0:
-            hbm, hbm_dram, pend = self._matches(ids, runs, limit)
+            hbm, hbm_dram, pend = self._matches(ids, runs, limit, cached)
             for r in self._inc_any:
                 # a copy landing there that is a prefix of ids: the per-replica rule (without
                 # one, _predict_one gives what the common rule below gives)
@@ -587,10 +591,13 @@ class BTBAdaptiveRouter(Router):
             k += 1
         return (len(hist) - k) / span
 
-    def _holders(self, act) -> tuple[list[int], list[int]]:
-        """Replicas with the prefix complete (HBM or DRAM), and those with it pending or landing."""
+    def _holders(self, act, cached=None) -> tuple[list[int], list[int]]:
+        """Replicas with the prefix complete (HBM or DRAM), and those with it pending or landing.
+        ``cached``: the view's :meth:`_cached` of a request's ids that start with the prefix
+        (a replica holds the whole prefix exactly when it matches at least its depth there)."""
         ids, n = act.ids, act.depth
-        held = cached_blocks_all(self.view, ids, ("hbm", "dram"))
+        held = cached[1] if cached is not None else cached_blocks_all(self.view, ids,
+                                                                       ("hbm", "dram"))
         if held and min(held.values()) >= n:
             complete = sorted(held)     # every holder has it all (C-level)
         else:
@@ -603,7 +610,7 @@ class BTBAdaptiveRouter(Router):
         coming.update(r for r in act.pipes if r not in done)
         return complete, sorted(coming)
 
-    def _size_warm_set(self, act, request=None) -> None:
+    def _size_warm_set(self, act, request=None, cached=None) -> None:
         v = self.view
         n_blocks = act.depth
         if request is not None:
@@ -615,7 +622,7 @@ class BTBAdaptiveRouter(Router):
         # start of a burst: while no replica holds the prefix complete, the requests that arrive
         # wait for the first prefill and are then served in one batch; split over k replicas each
         # costs a copy time more, so k = queued x service / copy time (at most queued + 1)
-        complete, coming = self._holders(act)
+        complete, coming = self._holders(act, cached)
         k_backlog = 1
         if not complete and act.queued:
             copy_s = self.cost.load_s("rdma", n_blocks * self.bt)
@@ -665,6 +672,7 @@ class BTBAdaptiveRouter(Router):
     def _start(self, act, src, dst, ids, land_s, first_block: int = 0) -> None:
         v = self.view
         # hold: requests on dst that would reuse the copy wait for it instead of recomputing
+        self._acted = True
         tid = v.start_transfer(src, dst, ids, from_block=first_block, hold=True)
         self._incoming[dst].append((ids, land_s, tid))
         self._inc_any.add(dst)
@@ -704,6 +712,7 @@ class BTBAdaptiveRouter(Router):
             # the destination holds requests of the prefix until the last chunk lands
             ready = (self._free_at[src] + self.cost.load_s("rdma", self.chunk_tokens)
                      + self.cost.setup_latency_s["rdma"])
+            self._acted = True
             v.hold_prefix(dst, act.ids, ready + self.rate_window_s)
             self._incoming[dst].append((act.ids, ready, ("pipe", act.key)))
             self._inc_any.add(dst)
@@ -749,6 +758,7 @@ class BTBAdaptiveRouter(Router):
             return            # every complete holder pinned already (C-level check)
         for r in complete:
             if r not in act.pins:
+                self._acted = True
                 k = v.pin_prefix(r, act.ids)
                 if k:
                     act.pins[r] = k
@@ -781,6 +791,7 @@ class BTBAdaptiveRouter(Router):
         found = self._observe(request)
         if self._active:
             self._release_idle()
+        cached = None
         if found is not None:
             depth, node = found
             key = request.hash_ids[depth - 1]
@@ -789,8 +800,14 @@ class BTBAdaptiveRouter(Router):
                 act = self._active[key] = _Active(key, tuple(request.hash_ids[:depth]),
                                                   truncate_runs(runs[0], runs[1], depth), node, now)
             act.last_s = now
-            self._size_warm_set(act, request)
-        pred = self._scores(request, runs)
+            # one view query serves the warm-set check and the scores below, unless this
+            # arrival started a copy, pin or hold in between
+            cached = self._cached(request.hash_ids)
+            self._acted = False
+            self._size_warm_set(act, request, cached)
+            if self._acted:
+                cached = None
+        pred = self._scores(request, runs, cached)
         r = self._argmin(pred[0])
         _score, t, kind, m, ready = self._entry(r, pred)
         # book it
