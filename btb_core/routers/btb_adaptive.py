@@ -329,7 +329,8 @@ class BTBAdaptiveRouter(Router):
 
     def _scores(self, request, runs, cached=None):
         """Every replica's score, without building every replica's :meth:`predict` tuple:
-        ``(scores, reused, special, own, wait, now, isl)``.
+        ``(scores, reused, special, own, now, isl)`` (:meth:`_entry` turns it into one replica's
+        tuple; ``own`` maps a reuse depth to :meth:`_own`).
 
         ``scores`` is a list over replicas; ``special`` the full tuples of the replicas whose
         choice needs the per-replica rule of :meth:`_predict_one` (a prefix part in DRAM worth
