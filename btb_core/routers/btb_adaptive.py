@@ -545,19 +545,23 @@ class BTBAdaptiveRouter(Router):
         x, z, w = self.x_repeats, self.z_s + 1e-9, self.rate_window_s
         expired = self._expired_s     # time of the last arrival: nodes idle since are gone
         entry = (now, ids)
-        found = None
+        found_d, found = 0, None
         depths, keys = self._grid_keys(full)
         for d, key in zip(depths, keys(ids)):
             node = get(key)
             if node is None or expired - node[-1][0] > w:
                 node = nodes[key] = _Node()
                 node.first_s = now
+                node.append(entry)
+                if found is not None:
+                    break      # a new node holds one arrival: not detected (X >= 2)
+                continue
             node.append(entry)
             if now - node[0][0] > w:
                 while now - node[0][0] > w and len(node) > x:
                     node.popleft()
             if len(node) >= x and now - node[-x][0] <= z:
-                found = (d, node)
+                found_d, found = d, node
             elif found is not None:
                 break          # deeper nodes are shared by fewer arrivals
         self._expired_s = now
@@ -565,14 +569,12 @@ class BTBAdaptiveRouter(Router):
             self._sweep(now)
         if found is None:
             return None
-        d, node = found
         depth = full
-        hist = node.hist
-        for k in range(len(hist) - x, len(hist) - 1):
-            depth = min(depth, common_prefix(ids, hist[k][1], d))
+        for k in range(len(found) - x, len(found) - 1):
+            depth = min(depth, common_prefix(ids, found[k][1], found_d))
         if depth < self.min_copy_blocks:
             return None
-        return depth, node
+        return depth, found
 
     def _sweep(self, now: float) -> None:
         """Drop the nodes expired at ``now`` (no arrival for ``rate_window_s``)."""
