@@ -5,6 +5,7 @@
   that have been idle since.
 - The least-score choice: every replica within the tolerance of the minimum, ascending, and one
   draw from the run's generator when there are several.
+- One view query per arrival for the warm-set check and the scores: asking the view at each.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from collections import deque
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from btb_core.bursted_shaped import bursted_shaped_trace
 from btb_core.routers.btb_adaptive import BTBAdaptiveRouter, common_prefix, grid_depths
+from btb_core.sim import ClusterConfig, simulate
 
 from test_router_incremental import chain, interned
 
@@ -139,3 +143,25 @@ def test_least_score_choice_equals_the_plain_rule(values, seed):
                                   routable_replicas=range(len(values)))
     assert router._argmin(list(values)) == want
     assert router.view.rng.integers(1 << 30) == ref_rng.integers(1 << 30)
+
+
+@pytest.mark.parametrize("scheduler", ["prefill_first", "chunked"])
+def test_one_view_query_per_arrival_equals_asking_again(scheduler, monkeypatch):
+    """Reusing the arrival's view query for the warm-set check and the scores gives the same
+    replay (requests, transfers, ledger) as asking the view at each of them."""
+    trace = bursted_shaped_trace(windows=1).rows(0, 700)
+    cluster = ClusterConfig.from_setup("70b_h100x4", num_replicas=12, scheduler=scheduler)
+    fast_router = BTBAdaptiveRouter()
+    fast = simulate(trace, fast_router, cluster, seed=3)
+    orig = BTBAdaptiveRouter._size_warm_set
+
+    def asking_again(self, act, request=None, cached=None):
+        orig(self, act, request, None)
+        self._acted = True             # route then asks the view again for the scores
+    monkeypatch.setattr(BTBAdaptiveRouter, "_size_warm_set", asking_again)
+    slow_router = BTBAdaptiveRouter()
+    slow = simulate(trace, slow_router, cluster, seed=3)
+    assert fast.requests.equals(slow.requests)
+    assert fast.transfers.equals(slow.transfers)
+    assert fast_router.ledger_frame().equals(slow_router.ledger_frame())
+    assert len(fast.transfers) > 0
