@@ -58,18 +58,14 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from operator import itemgetter
 
-import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
 from .base import Router, cached_blocks_all, kv_usage_all
-from .holder_sets import BookHolders, leading_held
 from .params import RouterParam, check_range
-
-#: Up to this many replicas :meth:`BTBAdaptiveRouter.predict` goes replica by replica (the same
-#: values as the vectorised path beyond it).
-_SCALAR_MAX = 8
+from .pending_runs import PendingRuns, request_runs, truncate_runs
 
 #: Depth grid: every block up to this depth, then ``_PER_OCTAVE`` depths per doubling.
 _DENSE = 16
@@ -106,24 +102,30 @@ def common_prefix(a, b, lo: int = 0) -> int:
     return lo
 
 
-class _Node:
-    __slots__ = ("times", "recent", "first_s")
+class _Node(deque):
+    """A grid node of the detection index: a deque of the arrivals that touched it, as
+    ``(time, hash_ids)`` (one tuple per arrival, shared by every node it touches), oldest first,
+    and ``first_s``, its creation time. Kept: every arrival within ``rate_window_s`` of the last
+    one (the rate estimate) and at least the last X (the detection test), so the front may hold up
+    to X older ones."""
 
-    def __init__(self, x: int, now: float) -> None:
-        self.times: deque = deque()          # arrival times within the rate window
-        self.recent: deque = deque(maxlen=x)  # last X (time, hash_ids)
-        self.first_s = now
+    __slots__ = ("first_s",)
+
+    @property
+    def hist(self) -> "_Node":
+        return self
 
 
 class _Active:
     """An active prefix: its ids, demand and warm set."""
 
-    __slots__ = ("key", "ids", "depth", "node", "last_s", "target", "pins", "pipes", "queued",
-                 "own_tokens")
+    __slots__ = ("key", "ids", "runs", "depth", "node", "last_s", "target", "pins", "pipes",
+                 "queued", "own_tokens")
 
-    def __init__(self, key, ids, node, now):
+    def __init__(self, key, ids, runs, node, now):
         self.key = key
         self.ids = ids
+        self.runs = runs         # (starts, lens) of ids
         self.depth = len(ids)
         self.node = node
         self.last_s = now
@@ -214,19 +216,22 @@ class BTBAdaptiveRouter(Router):
         self._decode_a = self.cost.decode_step_s(1, 0)
         self.min_copy_blocks = self._min_copy_blocks()
         self._nodes: dict = {}                       # grid node id -> _Node
-        self._node_order: deque = deque()            # (last touch time, id) for expiry
+        self._expired_s = -math.inf                  # time of the last expiry (see _observe)
+        self._sweep_at = 4096                        # sweep dead nodes past this many
         self._active: dict = {}                      # prefix key -> _Active
         self._free_at = [0.0] * n                    # predicted end of dispatched prefill work
-        self._out = [dict() for _ in range(n)]       # request index -> (service s, not before s)
+        self._out = [dict() for _ in range(n)]       # request index -> service s
+        self._out_end = [dict() for _ in range(n)]   # request index -> not before s + service s
         self._decoding = [0] * n                     # requests past prefill, not finished
-        # per replica: block id -> count of queued prefills holding it, with block id -> replicas
-        # (a prefix-closed book: one walk finds every replica's pending depth)
-        self._pend = BookHolders(n)
-        self._pending = self._pend.books
+        # per replica: the paths of its queued prefills, kept per run of ids (one walk of the
+        # query's runs finds every replica's pending depth)
+        self._pend = PendingRuns()
         self._incoming = [list() for _ in range(n)]  # (ids, land_s, tid or ("pipe", key))
+        self._inc_any: set = set()                    # replicas whose _incoming is not empty
         self._tid: dict = {}                          # transfer id -> (key, dst, ids, row)
         self._req: dict = {}                          # request index -> (row, replica, ids, full)
         self._grid_cache: dict = {}
+        self._acted = False                          # a copy, pin or hold started (see route)
         #: Decision ledger: one dict per copy made / skipped, warm-set change and pin.
         self.ledger: list[dict] = []
         #: One row per routed request (replica, choice, predicted / actual TTFT).
@@ -258,12 +263,19 @@ class BTBAdaptiveRouter(Router):
         end = self._free_at[replica]
         return end - now if end > now else 0.0
 
-    def _pending_blocks(self, replica: int, ids, limit: int) -> int:
-        """Leading blocks of ``ids`` that a prefill already dispatched to ``replica`` will complete."""
-        pend = self._pending[replica]
-        if not pend or limit <= 0 or ids[0] not in pend:
+    def _pending_blocks(self, replica: int, runs, limit: int) -> int:
+        """Leading blocks of the ids with runs ``runs`` that a prefill already dispatched to
+        ``replica`` will complete."""
+        if limit <= 0:
             return 0
-        return leading_held(ids, pend, limit, 1)
+        return self._pend.depth(replica, runs[0], runs[1], limit)
+
+    def _set_incoming(self, replica: int, entries: list) -> None:
+        self._incoming[replica] = entries
+        if entries:
+            self._inc_any.add(replica)
+        else:
+            self._inc_any.discard(replica)
 
     def _landing(self, replica: int, ids) -> tuple[int, float]:
         """Deepest in-flight copy to ``replica`` that is a prefix of ``ids``: (blocks, land_s)."""
@@ -282,117 +294,149 @@ class BTBAdaptiveRouter(Router):
         minimises) is the predicted TTFT plus, under ``chunked``, the delay the request adds to the
         requests already waiting there (they share its iteration), plus a large penalty at or above
         ``kv_full_fraction``."""
-        if self.view.num_replicas <= _SCALAR_MAX:
-            return self._predict_scalar(request)
-        scores, t, reused, special, now = self._predict(request)
-        return [self._entry(r, scores, t, reused, special, now)
-                for r in range(self.view.num_replicas)]
+        pred = self._scores(request, request_runs(request))
+        return [self._entry(r, pred) for r in range(self.view.num_replicas)]
 
-    def _matches(self, ids, limit):
-        """(HBM, HBM+DRAM, pending) matches of ``ids`` per replica (dicts; absent = 0)."""
-        if limit <= 0:
-            return {}, {}, {}
+    def _cached(self, ids):
+        """(HBM, HBM+DRAM) matches of ``ids`` per replica from the view (dicts; absent = 0)."""
         v = self.view
         both = getattr(v, "cached_blocks_hbm_dram", None)
         if both is not None:
-            hbm, hbm_dram = both(ids)
-        else:
-            hbm = cached_blocks_all(v, ids, ("hbm",))
-            hbm_dram = cached_blocks_all(v, ids, ("hbm", "dram"))
-        return hbm, hbm_dram, self._pend.depths(ids, limit)
+            return both(ids)
+        return cached_blocks_all(v, ids, ("hbm",)), cached_blocks_all(v, ids, ("hbm", "dram"))
 
-    def _predict_scalar(self, request):
-        """:meth:`predict` replica by replica (:meth:`_predict_one`; cheaper than numpy for a few
-        replicas)."""
+    def _matches(self, ids, runs, limit, cached=None):
+        """(HBM, HBM+DRAM, pending) matches of ``ids`` (runs ``runs``) per replica (dicts;
+        absent = 0). ``cached``: :meth:`_cached` of ``ids`` taken earlier in this arrival with
+        no copy, pin or hold started since (the view's answer is the same)."""
+        if limit <= 0:
+            return {}, {}, {}
+        hbm, hbm_dram = cached if cached is not None else self._cached(ids)
+        return hbm, hbm_dram, self._pend.depths(runs[0], runs[1], limit)
+
+    def _own(self, depth: int, isl: int):
+        """``(prefill seconds of the tokens after ``depth`` reused blocks before the decode share,
+        decode share per decoding request, chunk share cap)``: the per-depth part of
+        :meth:`service_s` (the decode share is ``iters x decode_g``, times the replica's decoding
+        requests), asked once per distinct depth."""
+        new = isl - depth * self.bt
+        t0 = self.cost.prefill_s(new, depth * self.bt) * self.prefill_error
+        if not self.chunked:
+            return t0, 0.0, 0
+        iters = max(1, -(-new // self.chunk_tokens))
+        t0 = max(t0, iters * self._decode_a)
+        return t0, iters * self._decode_g, self.chunk_tokens // max(1, new)
+
+    def _scores(self, request, runs, cached=None):
+        """Every replica's score, without building every replica's :meth:`predict` tuple:
+        ``(scores, reused, special, own, now, isl)`` (:meth:`_entry` turns it into one replica's
+        tuple; ``own`` maps a reuse depth to :meth:`_own`).
+
+        ``scores`` is a list over replicas; ``special`` the full tuples of the replicas whose
+        choice needs the per-replica rule of :meth:`_predict_one` (a prefix part in DRAM worth
+        loading, or a copy landing there); ``reused`` the blocks every other replica with a match
+        reuses (``max(HBM match, pending depth)``; absent: 0, cold). Those replicas start now and
+        are scored with the same IEEE-754 operations in the same order as :meth:`_predict_one`
+        (the cost model asked once per distinct reuse depth, :meth:`_own`), so both agree bit for
+        bit. The matches come from one walk of the view's holder index and of the pending book
+        each; the per-replica part is one pass over plain lists."""
         v = self.view
         ids = request.hash_ids
         isl = int(request.input_length)
         limit = min((isl - 1) // self.bt, request.full_blocks, len(ids))
         now = v.now_s
-        usage = kv_usage_all(v)
-        hbm, hbm_dram, pend = self._matches(ids, limit)
-        return [self._predict_one(r, ids, isl, limit, now, hbm.get(r, 0), hbm_dram.get(r, 0),
-                                  pend.get(r, 0), usage[r]) for r in range(v.num_replicas)]
-
-    @staticmethod
-    def _entry(r, scores, t, reused, special, now):
-        p = special.get(r)
-        if p is not None:
-            return p
-        m = int(reused[r])
-        return (float(scores[r]), float(t[r]), "warm" if m else "cold", m, now)
-
-    def _predict(self, request):
-        """:meth:`predict` for every replica at once: ``(scores, ttft, reused, special, now)``.
-
-        ``scores`` and ``ttft`` are float64 arrays over replicas, ``reused`` int64 blocks, and
-        ``special`` the full tuples of the replicas whose choice needs the per-replica rule of
-        :meth:`_predict_one` (a prefix part in DRAM worth loading, or a copy landing there). The
-        matches come from one walk of the view's holder index and of the pending book each. Every
-        other replica reuses ``max(HBM match, pending depth)`` blocks (0: cold), starts now, and is
-        scored for all replicas at once with the same IEEE-754 operations in the same order as
-        :meth:`_predict_one` (the cost model is asked once per distinct reuse depth), so both agree
-        bit for bit."""
-        v = self.view
-        bt = self.bt
-        ids = request.hash_ids
-        isl = int(request.input_length)
-        limit = min((isl - 1) // bt, request.full_blocks, len(ids))
-        now = v.now_s
         n = v.num_replicas
         usage = kv_usage_all(v)
         special = {}
-        reused = np.zeros(n, np.int64)
+        reused = {}
         if limit > 0:
-            hbm, hbm_dram, pend = self._matches(ids, limit)
-            for r, inc in enumerate(self._incoming):
-                if inc:
+            hbm, hbm_dram, pend = self._matches(ids, runs, limit, cached)
+            for r in self._inc_any:
+                # a copy landing there that is a prefix of ids: the per-replica rule (without
+                # one, _predict_one gives what the common rule below gives)
+                if self._landing(r, ids)[0]:
                     special[r] = None
-            for r, md in hbm_dram.items():
-                if r in special:
-                    continue
-                m = hbm.get(r, 0)
-                if m > limit:
-                    m = limit
-                if (md if md < limit else limit) > m:
-                    special[r] = None           # DRAM holds more: load or recompute, per replica
-                    continue
-                p = pend.get(r, 0)
-                reused[r] = p if p > m else m
-            for r, p in pend.items():
-                if r not in special and r not in hbm_dram:
-                    reused[r] = p
+            if hbm_dram == hbm:
+                # no DRAM part anywhere (one C-level comparison): every holder reuses
+                # max(min(HBM, limit), pending); a special replica's entry is overridden
+                if hbm and max(hbm.values()) > limit:
+                    reused = {r: (m if m < limit else limit) for r, m in hbm.items()}
+                else:
+                    reused = hbm.copy()
+                for r, p in pend.items():
+                    if p > reused.get(r, 0):
+                        reused[r] = p
+            else:
+                for r, md in hbm_dram.items():
+                    if r in special:
+                        continue
+                    m = hbm.get(r, 0)
+                    if m > limit:
+                        m = limit
+                    if (md if md < limit else limit) > m:
+                        special[r] = None       # DRAM holds more: load or recompute, per replica
+                        continue
+                    p = pend.get(r, 0)
+                    d = p if p > m else m
+                    if d:
+                        reused[r] = d
+                for r, p in pend.items():
+                    if r not in special and r not in hbm_dram:
+                        reused[r] = p
             for r in special:
                 special[r] = self._predict_one(r, ids, isl, limit, now, hbm.get(r, 0),
                                                hbm_dram.get(r, 0), pend.get(r, 0), usage[r])
-        free = np.array(self._free_at)
-        wait = np.where(free > now, free - now, 0.0)
-        depths, inv = np.unique(reused, return_inverse=True)
-        own0, iters_g, cap = [], [], []
-        for d in depths.tolist():
-            new = isl - d * bt
-            t0 = self.cost.prefill_s(new, d * bt) * self.prefill_error
-            if self.chunked:
-                iters = max(1, -(-new // self.chunk_tokens))
-                t0 = max(t0, iters * self._decode_a)
-                iters_g.append(iters * self._decode_g)
-                cap.append(self.chunk_tokens // max(1, new))
-            own0.append(t0)
-        own = np.array(own0)[inv]
-        if self.chunked:
-            own = own + np.array(iters_g)[inv] * np.array(self._decoding, np.float64)
-        t = (wait + 0.0) + own
-        scores = t.copy()
-        if self.chunked:
-            queued = np.array([len(o) for o in self._out], np.int64)
-            share = np.minimum(queued - 1, np.array(cap, np.int64)[inv])
-            add = (queued > 0) & (share > 0)
-            scores[add] += own[add] * share[add]
-        scores[np.array(usage) >= self.kv_full_fraction] += 1e6
+        own = {0: self._own(0, isl)}
+        for d in reused.values():
+            if d not in own:
+                own[d] = self._own(d, isl)
+        free = self._free_at
+        if not self.chunked:
+            own0 = own[0][0]
+            if reused:
+                # each replica's own prefill seconds, set by C-level maps (no per-holder loop)
+                per = [own0] * n
+                first = {d: o[0] for d, o in own.items()}
+                any(map(per.__setitem__, reused.keys(), map(first.__getitem__, reused.values())))
+                scores = [(f - now) + o if f > now else 0.0 + o for f, o in zip(free, per)]
+            else:
+                scores = [(f - now) + own0 if f > now else 0.0 + own0 for f in free]
+        else:
+            dec = self._decoding
+            out = self._out
+            scores = [0.0] * n
+            for r in range(n):
+                o0, og, cap = own[reused.get(r, 0)]
+                f = free[r]
+                o = o0 + og * dec[r]
+                s = (f - now if f > now else 0.0) + o
+                q = len(out[r])
+                if q > 0:
+                    share = q - 1 if q - 1 < cap else cap
+                    if share > 0:
+                        s += o * share
+                scores[r] = s
+        full = self.kv_full_fraction
+        if max(usage) >= full:
+            for r in range(n):
+                if usage[r] >= full:
+                    scores[r] += 1e6
         for r, p in special.items():
             scores[r] = p[0]
-            t[r] = p[1]
-        return scores, t, reused, special, now
+        return scores, reused, special, own, now, isl
+
+    def _entry(self, r, pred):
+        """Replica ``r``'s :meth:`predict` tuple from :meth:`_scores`' result."""
+        scores, reused, special, own, now, isl = pred
+        p = special.get(r)
+        if p is not None:
+            return p
+        m = reused.get(r, 0)
+        o0, og, _cap = own[m]
+        o = o0 + og * self._decoding[r] if self.chunked else o0
+        f = self._free_at[r]
+        t = (f - now if f > now else 0.0) + o
+        return (scores[r], t, "warm" if m else "cold", m, now)
 
     def _predict_one(self, r, ids, isl, limit, now, m, md, p, usage):
         """One replica's :meth:`predict` tuple, given its HBM match ``m``, HBM+DRAM match
@@ -430,23 +474,6 @@ class BTBAdaptiveRouter(Router):
             score += 1e6       # avoided while any replica is below the threshold
         return (score, t, kind, m, ready)
 
-    def _argmin_scores(self, scores: np.ndarray) -> int:
-        """:meth:`_argmin` of a float64 array (the same tolerance and the same random draw)."""
-        cands = self.candidates()
-        if len(cands) != len(scores):    # cluster events: only routable replicas
-            idx = np.array(cands, np.int64)
-            sub = scores[idx]
-            lo = float(sub.min())
-            tol = 1e-9 + 1e-9 * abs(lo)
-            tied = idx[sub - lo <= tol].tolist()
-        else:
-            lo = float(scores.min())
-            tol = 1e-9 + 1e-9 * abs(lo)
-            tied = np.flatnonzero(scores - lo <= tol).tolist()
-        if len(tied) == 1:
-            return tied[0]
-        return tied[int(self.view.rng.integers(len(tied)))]
-
     def _argmin(self, values: list[float]) -> int:
         cands = self.candidates()
         if len(cands) != len(values):    # cluster events: only routable replicas
@@ -454,8 +481,27 @@ class BTBAdaptiveRouter(Router):
             tol = 1e-9 + 1e-9 * abs(lo)
             tied = [r for r in cands if values[r] - lo <= tol]
         else:
-            lo = min(values)
+            # tied = [r for r, x in enumerate(values) if x - lo <= tol], found from the sorted
+            # values (C-level sort; x - lo only grows with x, so the tied are the k smallest)
+            srt = sorted(values)
+            lo = srt[0]
             tol = 1e-9 + 1e-9 * abs(lo)
+            n = len(srt)
+            if n == 1 or srt[1] - lo > tol:
+                return values.index(lo)
+            a, b = 2, n              # srt[:a] tied; srt[b:] not
+            while a < b:
+                mid = (a + b) // 2
+                if srt[mid] - lo <= tol:
+                    a = mid + 1
+                else:
+                    b = mid
+            if srt[a - 1] == lo:     # every tied replica scores exactly lo: the j-th of them
+                j = int(self.view.rng.integers(a))
+                i = values.index(lo)
+                for _ in range(j):
+                    i = values.index(lo, i + 1)
+                return i
             tied = [r for r, x in enumerate(values) if x - lo <= tol]
         if len(tied) == 1:
             return tied[0]
@@ -463,78 +509,111 @@ class BTBAdaptiveRouter(Router):
 
     # -- detection -----------------------------------------------------------------------------
     def _grid(self, n: int) -> list[int]:
+        return self._grid_keys(n)[0]
+
+    def _grid_keys(self, n: int):
+        """``(grid_depths(n), getter)``: ``getter(ids)`` is the tuple of the grid nodes' ids
+        ``ids[d - 1]`` (one C-level call)."""
         g = self._grid_cache.get(n)
         if g is None:
-            g = self._grid_cache[n] = grid_depths(n)
+            depths = grid_depths(n)
+            get = itemgetter(*[d - 1 for d in depths])
+            if len(depths) == 1:
+                get = (lambda one: lambda ids: (one(ids),))(get)
+            g = self._grid_cache[n] = (depths, get)
         return g
 
     def _observe(self, request):
         """Update the prefix index with ``request``; return ``(depth, node)`` of the deepest
-        prefix X arrivals share within ``z_s`` (depth >= :attr:`min_copy_blocks`), or None."""
+        prefix X arrivals share within ``z_s`` (depth >= :attr:`min_copy_blocks`), or None.
+
+        Each grid node on the request's path is touched in depth order: the arrival joins its
+        history, and the node is *detected* when its X-th last arrival is within ``z_s``; after a
+        detected node the walk stops at the first node that is not (deeper nodes are shared by
+        fewer arrivals). A node expires ``rate_window_s`` after its last arrival: after each
+        arrival at ``now`` exactly the nodes with ``now - last > rate_window_s`` are gone, so a
+        node found dead by that test (against the time of the last arrival) is taken as absent and
+        replaced, and dead nodes are swept from the dict only when it has grown (not per arrival).
+        """
         now = self.view.now_s
         ids = request.hash_ids
         full = min(request.full_blocks, len(ids))
         if full < 1:
             return None
         nodes = self._nodes
+        get = nodes.get
         x, z, w = self.x_repeats, self.z_s + 1e-9, self.rate_window_s
-        found = None
-        for d in self._grid(full):
-            key = ids[d - 1]
-            node = nodes.get(key)
-            if node is None:
-                node = nodes[key] = _Node(x, now)
-            times = node.times
-            times.append(now)
-            while now - times[0] > w:
-                times.popleft()
-            node.recent.append((now, ids))
-            if len(node.recent) == x and now - node.recent[0][0] <= z:
-                found = (d, node)
+        expired = self._expired_s     # time of the last arrival: nodes idle since are gone
+        entry = (now, ids)
+        found_d, found = 0, None
+        depths, keys = self._grid_keys(full)
+        for d, key in zip(depths, keys(ids)):
+            node = get(key)
+            if node is None or expired - node[-1][0] > w:
+                node = nodes[key] = _Node()
+                node.first_s = now
+                node.append(entry)
+                if found is not None:
+                    break      # a new node holds one arrival: not detected (X >= 2)
+                continue
+            node.append(entry)
+            if now - node[0][0] > w:
+                while now - node[0][0] > w and len(node) > x:
+                    node.popleft()
+            if len(node) >= x and now - node[-x][0] <= z:
+                found_d, found = d, node
             elif found is not None:
                 break          # deeper nodes are shared by fewer arrivals
-        self._node_order.append((now, full, ids))
-        self._expire(now)
+        self._expired_s = now
+        if len(nodes) > self._sweep_at:
+            self._sweep(now)
         if found is None:
             return None
-        d, node = found
         depth = full
-        for _t, other in list(node.recent)[:-1]:
-            depth = min(depth, common_prefix(ids, other, d))
+        for k in range(len(found) - x, len(found) - 1):
+            depth = min(depth, common_prefix(ids, found[k][1], found_d))
         if depth < self.min_copy_blocks:
             return None
-        return depth, node
+        return depth, found
 
-    def _expire(self, now: float) -> None:
-        order = self._node_order
+    def _sweep(self, now: float) -> None:
+        """Drop the nodes expired at ``now`` (no arrival for ``rate_window_s``)."""
         w = self.rate_window_s
-        nodes = self._nodes
-        while order and now - order[0][0] > w:
-            t, full, ids = order.popleft()
-            for d in self._grid(full):
-                node = nodes.get(ids[d - 1])
-                if node is not None and now - node.recent[-1][0] > w:
-                    del nodes[ids[d - 1]]
+        self._nodes = {k: n for k, n in self._nodes.items() if not now - n[-1][0] > w}
+        self._sweep_at = max(4096, 2 * len(self._nodes))
 
     # -- warm set ------------------------------------------------------------------------------
     def _rate(self, node) -> float:
         now = self.view.now_s
         span = max(self.z_s, min(self.rate_window_s, now - node.first_s))
-        return len(node.times) / span
+        hist = node.hist
+        w = self.rate_window_s
+        last = hist[-1][0]
+        k = 0
+        while last - hist[k][0] > w:     # older arrivals kept only for the detection test
+            k += 1
+        return (len(hist) - k) / span
 
-    def _holders(self, act) -> tuple[list[int], list[int]]:
-        """Replicas with the prefix complete (HBM or DRAM), and those with it pending or landing."""
+    def _holders(self, act, cached=None) -> tuple[list[int], list[int]]:
+        """Replicas with the prefix complete (HBM or DRAM), and those with it pending or landing.
+        ``cached``: the view's :meth:`_cached` of a request's ids that start with the prefix
+        (a replica holds the whole prefix exactly when it matches at least its depth there)."""
         ids, n = act.ids, act.depth
-        complete = sorted(r for r, m in cached_blocks_all(self.view, ids, ("hbm", "dram")).items()
-                          if m >= n)
+        held = cached[1] if cached is not None else cached_blocks_all(self.view, ids,
+                                                                       ("hbm", "dram"))
+        if held and min(held.values()) >= n:
+            complete = sorted(held)     # every holder has it all (C-level)
+        else:
+            complete = sorted(r for r, m in held.items() if m >= n)
         done = set(complete)
-        coming = {r for r, k in self._pend.depths(ids, n).items() if k >= n and r not in done}
-        coming.update(r for r, inc in enumerate(self._incoming)
-                      if inc and r not in done and self._landing(r, ids)[0] >= n)
+        coming = {r for r, k in self._pend.depths(act.runs[0], act.runs[1], n).items()
+                  if k >= n and r not in done}
+        coming.update(r for r in self._inc_any
+                      if r not in done and self._landing(r, ids)[0] >= n)
         coming.update(r for r in act.pipes if r not in done)
         return complete, sorted(coming)
 
-    def _size_warm_set(self, act, request=None) -> None:
+    def _size_warm_set(self, act, request=None, cached=None) -> None:
         v = self.view
         n_blocks = act.depth
         if request is not None:
@@ -546,7 +625,7 @@ class BTBAdaptiveRouter(Router):
         # start of a burst: while no replica holds the prefix complete, the requests that arrive
         # wait for the first prefill and are then served in one batch; split over k replicas each
         # costs a copy time more, so k = queued x service / copy time (at most queued + 1)
-        complete, coming = self._holders(act)
+        complete, coming = self._holders(act, cached)
         k_backlog = 1
         if not complete and act.queued:
             copy_s = self.cost.load_s("rdma", n_blocks * self.bt)
@@ -596,8 +675,10 @@ class BTBAdaptiveRouter(Router):
     def _start(self, act, src, dst, ids, land_s, first_block: int = 0) -> None:
         v = self.view
         # hold: requests on dst that would reuse the copy wait for it instead of recomputing
+        self._acted = True
         tid = v.start_transfer(src, dst, ids, from_block=first_block, hold=True)
         self._incoming[dst].append((ids, land_s, tid))
+        self._inc_any.add(dst)
         row = len(self.ledger)
         self._tid[tid] = (act.key, dst, ids, row)
         self.ledger.append({"time_s": v.now_s, "event": "copy", "prefix_blocks": len(ids),
@@ -618,7 +699,7 @@ class BTBAdaptiveRouter(Router):
         """Choose destinations that will receive the prefix chunk by chunk from the replica whose
         first prefill of it is running."""
         v = self.view
-        srcs = [r for r in coming if self._pending_blocks(r, act.ids, act.depth) >= act.depth
+        srcs = [r for r in coming if self._pending_blocks(r, act.runs, act.depth) >= act.depth
                 and r not in act.pipes]
         if not srcs:
             return
@@ -634,8 +715,10 @@ class BTBAdaptiveRouter(Router):
             # the destination holds requests of the prefix until the last chunk lands
             ready = (self._free_at[src] + self.cost.load_s("rdma", self.chunk_tokens)
                      + self.cost.setup_latency_s["rdma"])
+            self._acted = True
             v.hold_prefix(dst, act.ids, ready + self.rate_window_s)
             self._incoming[dst].append((act.ids, ready, ("pipe", act.key)))
+            self._inc_any.add(dst)
             self.ledger.append({"time_s": v.now_s, "event": "pipe", "prefix_blocks": act.depth,
                                 "rate_per_s": self._rate(act.node), "service_s": float("nan"),
                                 "target": act.target, "src": srcs[0], "dst": dst,
@@ -674,8 +757,11 @@ class BTBAdaptiveRouter(Router):
     # -- pinning (h) ---------------------------------------------------------------------------
     def _pin(self, act, complete) -> None:
         v = self.view
+        if act.pins.keys() >= set(complete):
+            return            # every complete holder pinned already (C-level check)
         for r in complete:
             if r not in act.pins:
+                self._acted = True
                 k = v.pin_prefix(r, act.ids)
                 if k:
                     act.pins[r] = k
@@ -704,40 +790,46 @@ class BTBAdaptiveRouter(Router):
     def route(self, request) -> int:
         v = self.view
         now = v.now_s
+        runs = request_runs(request)
         found = self._observe(request)
         if self._active:
             self._release_idle()
+        cached = None
         if found is not None:
             depth, node = found
             key = request.hash_ids[depth - 1]
             act = self._active.get(key)
             if act is None:
-                act = self._active[key] = _Active(key, tuple(request.hash_ids[:depth]), node, now)
+                act = self._active[key] = _Active(key, tuple(request.hash_ids[:depth]),
+                                                  truncate_runs(runs[0], runs[1], depth), node, now)
             act.last_s = now
-            self._size_warm_set(act, request)
-        if v.num_replicas <= _SCALAR_MAX:
-            pred = self._predict_scalar(request)
-            r = self._argmin([p[0] for p in pred])
-            _score, t, kind, m, ready = pred[r]
-        else:
-            scores, ttft, reused, special, now = self._predict(request)
-            r = self._argmin_scores(scores)
-            _score, t, kind, m, ready = self._entry(r, scores, ttft, reused, special, now)
+            # one view query serves the warm-set check and the scores below, unless this
+            # arrival started a copy, pin or hold in between
+            cached = self._cached(request.hash_ids)
+            self._acted = False
+            self._size_warm_set(act, request, cached)
+            if self._acted:
+                cached = None
+        pred = self._scores(request, runs, cached)
+        r = self._argmin(pred[0])
+        _score, t, kind, m, ready = self._entry(r, pred)
         # book it
         bt = self.bt
         service = self.service_s(int(request.input_length) - m * bt, m * bt, r)
         start = max(now, self._free_at[r], ready)
         self._free_at[r] = start + service
-        self._out[r][request.index] = (service, ready)
+        self._out[r][request.index] = service
+        self._out_end[r][request.index] = ready + service
         ids = request.hash_ids
         full = min(request.full_blocks, len(ids))
-        self._pend.add(r, ids[:full])
+        fruns = truncate_runs(runs[0], runs[1], full)
+        self._pend.add(r, fruns[0], fruns[1])
         keys = []
         for key, act in self._active.items():
             if full >= act.depth and ids[act.depth - 1] == key:
                 act.queued += 1
                 keys.append(key)
-        self._req[request.index] = (len(self.requests), r, ids, full, keys)
+        self._req[request.index] = (len(self.requests), r, fruns, keys)
         self.requests.append([request.index, now, r, kind, m, t, float("nan")])
         return r
 
@@ -746,22 +838,25 @@ class BTBAdaptiveRouter(Router):
         v = self.view
         out = self._out[replica]
         out.pop(request.index, None)
+        ends = self._out_end[replica]
+        ends.pop(request.index, None)
         # reconcile: the work still dispatched there, after now; a request waiting for a copy
         # cannot start before its landing (the others do not wait for it)
         now = v.now_s
-        end = now + sum(x[0] for x in out.values())
-        for svc, ready in out.values():
-            if ready + svc > end:
-                end = ready + svc
+        end = now + sum(out.values())
+        if ends:
+            last = max(ends.values())
+            if last > end:
+                end = last
         self._free_at[replica] = end
         info = self._req.pop(request.index, None)
         if info is not None:
-            row, r, ids, full, keys = info
+            row, r, fruns, keys = info
             for key in keys:
                 act = self._active.get(key)
                 if act is not None:
                     act.queued -= 1
-            self._pend.remove(r, ids[:full])
+            self._pend.remove(r, fruns[0], fruns[1])
             self.requests[row][6] = v.now_s - self.requests[row][1]
         if request.output_length > 1:
             self._decoding[replica] += 1
@@ -784,7 +879,7 @@ class BTBAdaptiveRouter(Router):
             # the last chunk of a pipelined copy landed: the destination is warm
             inc = [x for x in inc if x[2] != ("pipe", key)]
             self.view.release_hold(dst, ids)
-        self._incoming[dst] = inc
+        self._set_incoming(dst, inc)
         self.ledger[row]["landed_s"] = self.view.now_s
         self.ledger[row]["landed_blocks"] = num_blocks
         act = self._active.get(key)
@@ -805,19 +900,21 @@ class BTBAdaptiveRouter(Router):
                 if src == replica:
                     del act.pipes[dst]
                     v.release_hold(dst, act.ids)
-                    self._incoming[dst] = [x for x in self._incoming[dst] if x[2] != ("pipe", act.key)]
+                    self._set_incoming(dst, [x for x in self._incoming[dst]
+                                             if x[2] != ("pipe", act.key)])
         for tid, entry in list(self._tid.items()):
             if entry[1] == replica:
                 del self._tid[tid]
-        for idx, (_, r, _, _, keys) in list(self._req.items()):
+        for idx, (_, r, _, keys) in list(self._req.items()):
             if r == replica:        # lost before its prefill ended: it no longer queues there
                 for key in keys:
                     act = self._active.get(key)
                     if act is not None and act.queued > 0:
                         act.queued -= 1
                 del self._req[idx]
-        self._incoming[replica] = []
+        self._set_incoming(replica, [])
         self._out[replica] = {}
+        self._out_end[replica] = {}
         self._free_at[replica] = v.now_s
         self._decoding[replica] = 0
 
