@@ -204,6 +204,11 @@ class RequestColumns:
         Rows of the trace.
     cluster_events : bool
         Also keep ``retries`` (runs with cluster events).
+    fixed : tuple of numpy.ndarray, optional
+        ``(arrival_s, input_length, output_length)`` of every row, known before the run (shape
+        ``(n,)``): those columns are filled now (``output_length`` raised to 1, as the simulator's
+        requests have it) and :meth:`record` does not write them again. Not for closed-loop runs,
+        where a turn's ``arrival_s`` is its release time.
 
     Attributes
     ----------
@@ -218,9 +223,9 @@ class RequestColumns:
 
     __slots__ = ("arrival_s", "replica", "input_length", "output_length", "admit_s", "reuse_tier",
                  "reused_tokens", "hit_hbm", "hit_dram", "hit_disk", "load_s", "first_token_s",
-                 "finish_s", "retries")
+                 "finish_s", "retries", "fixed")
 
-    def __init__(self, n: int, cluster_events: bool = False) -> None:
+    def __init__(self, n: int, cluster_events: bool = False, fixed=None) -> None:
         def zeros(code):
             a = array(code)
             a.frombytes(bytes(a.itemsize * n))
@@ -240,15 +245,22 @@ class RequestColumns:
         self.first_token_s = zeros("d")
         self.finish_s = array("d", [-1.0]) * n
         self.retries = zeros("q") if cluster_events else array("q")
+        self.fixed = fixed is not None
+        if self.fixed:
+            arrival_s, input_length, output_length = fixed
+            self.column("arrival_s")[:] = np.asarray(arrival_s, dtype=np.float64)
+            self.column("input_length")[:] = np.asarray(input_length, dtype=np.int64)
+            self.column("output_length")[:] = np.maximum(np.asarray(output_length, dtype=np.int64), 1)
 
     def record(self, job) -> None:
         """Store a finished request's figures (``job``: a :class:`~btb_core.sim.replica.Job`)."""
         req = job.req
         i = req.index
-        self.arrival_s[i] = req.arrival_s
+        if not self.fixed:
+            self.arrival_s[i] = req.arrival_s
+            self.input_length[i] = req.input_length
+            self.output_length[i] = req.output_length
         self.replica[i] = job.replica
-        self.input_length[i] = req.input_length
-        self.output_length[i] = req.output_length
         self.admit_s[i] = job.admit_s
         self.reuse_tier[i] = _TIER_CODE[job.reuse_tier]
         self.reused_tokens[i] = job.reused_tokens
