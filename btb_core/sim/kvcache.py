@@ -666,9 +666,33 @@ class KVCache:
             return
         over = dram.size - self.dram_capacity_blocks
         if over > 0:
-            old = dram.pop_front(over)
             if self.disk is not None:
-                self.disk.put_spans(old)
+                self.disk.put_spans(dram.pop_front(over))
+            else:             # (SpanList.pop_front, inlined: the blocks are dropped)
+                dram.size -= over
+                while over > 0:
+                    sp = dhead.next
+                    if sp is dhead:
+                        raise RuntimeError("SpanList.pop_front: fewer blocks than requested")
+                    n = sp.hi - sp.lo
+                    if n <= over:
+                        nxt = sp.next
+                        dhead.next = nxt
+                        nxt.prev = dhead
+                        run = sp.run
+                        v = dindex[run]
+                        if type(v) is _Span:
+                            del dindex[run]
+                            if dix is not None:
+                                dix.dram_del(run, dram.rep)
+                        else:
+                            v.remove(sp)
+                            if len(v) == 1:
+                                dindex[run] = v[0]
+                        over -= n
+                    else:
+                        sp.hi -= over
+                        over = 0
         if dram.size > self.peak_dram_blocks:
             self.peak_dram_blocks = dram.size
 

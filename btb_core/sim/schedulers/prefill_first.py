@@ -49,8 +49,9 @@ class PrefillFirst(Scheduler):
                 return
         if rep.n_decode:
             sim.start_stretch(rep)
-        else:
-            sim.idle(rep)
+        else:                         # (Simulator.idle, inlined)
+            rep.busy = False
+            rep.op_kind = None
 
     def op_done(self, sim, rep, kind: str, data) -> None:
         job = data
