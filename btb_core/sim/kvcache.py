@@ -321,8 +321,9 @@ class KVCache:
 
         Always: every tier within its capacity (``used_slots + lru.size <= capacity_blocks``,
         DRAM and disk within theirs); per run, the pinned part is the longest holder's part and
-        lies within its HBM part; the LRU holds exactly the HBM blocks nobody pins; pinned blocks
-        never exceed ``used_slots`` (the rest are private slots). With ``idle=True`` (no request
+        lies within its HBM part; the LRU holds exactly the HBM blocks nobody pins; no block is in
+        HBM and DRAM at once; pinned blocks never exceed ``used_slots`` (the rest are private
+        slots). With ``idle=True`` (no request
         running and no copy in flight, e.g. after a run): no pins, holders or private slots left
         (no leaked pins).
         """
@@ -354,6 +355,10 @@ class KVCache:
             fail(f"{unpinned} HBM blocks are unpinned but the LRU holds {self.lru.size}")
         if pinned > self.used_slots:
             fail(f"{pinned} pinned blocks exceed used_slots {self.used_slots}")
+        for run, h in self.hbm_len.items():
+            for sp in self.dram.spans_of(run):
+                if sp.lo < h:
+                    fail(f"run {run}: blocks {sp.lo}..{min(h, sp.hi) - 1} are in HBM and in DRAM")
         total = sum(self.hbm_len.values())
         if total != self.hbm_blocks:
             fail(f"hbm_blocks {self.hbm_blocks} but the runs hold {total} blocks in HBM")
@@ -637,11 +642,9 @@ class KVCache:
             if not to_dram:
                 spans.append((run, lo, hi))
                 continue
-            # to DRAM (KVCache._spill and SpanList.append_desc, inlined)
+            # to DRAM (KVCache._spill and SpanList.append_desc, inlined). A block is never in HBM
+            # and DRAM at once (check_invariants), so DRAM holds none of these: nothing to remove
             v = dindex.get(run)
-            if v is not None:
-                dram.remove_range(run, lo, hi)
-                v = dindex.get(run)
             tail = dhead.prev
             dram.size += hi - lo
             if tail.run == run and tail.lo == hi and tail is not dhead:
