@@ -284,29 +284,29 @@ def build_result(sim) -> SimResult:
     res = sim.results
     n = len(res.finish_s)
     col = res.column
-    cols = {
+    arrival, admit = col("arrival_s"), col("admit_s")
+    first, finish = col("first_token_s"), col("finish_s")
+    input_length, reused = col("input_length"), col("reused_tokens")
+    # one frame in REQUEST_COLUMNS order, derived columns computed on the arrays
+    df = pd.DataFrame({
         "request_id": sim._rows[3].tolist(),
-        "arrival_s": col("arrival_s").copy(),
+        "arrival_s": arrival.copy(),
         "replica": col("replica").copy(),
-        "input_length": col("input_length").copy(),
+        "input_length": input_length.copy(),
         "output_length": col("output_length").copy(),
-        "admit_s": col("admit_s").copy(),
+        "queue_wait_s": admit - arrival,
         "reuse_tier": pd.Categorical.from_codes(col("reuse_tier"), categories=list(_TIERS)),
-        "reused_tokens": col("reused_tokens").copy(),
+        "reused_tokens": reused.copy(),
         "hit_hbm_tokens": col("hit_hbm").copy(),
         "hit_dram_tokens": col("hit_dram").copy(),
         "hit_disk_tokens": col("hit_disk").copy(),
+        "recomputed_tokens": input_length - reused,
         "load_s": col("load_s").copy(),
-        "first_token_s": col("first_token_s").copy(),
-        "finish_s": col("finish_s").copy(),
-    }
-    df = pd.DataFrame(cols)
-    df["queue_wait_s"] = df["admit_s"] - df["arrival_s"]
-    df["recomputed_tokens"] = df["input_length"] - df["reused_tokens"]
-    df["prefill_s"] = df["first_token_s"] - df["admit_s"]
-    df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
-    df["e2e_s"] = df["finish_s"] - df["arrival_s"]
-    df = df[list(REQUEST_COLUMNS)]
+        "prefill_s": first - admit,
+        "ttft_s": first - arrival,
+        "e2e_s": finish - arrival,
+        "finish_s": finish.copy(),
+    })
     tr = pd.DataFrame(
         [(t.tid, t.src, t.dst, t.num_blocks, t.bytes, t.request_s, t.start_s, t.end_s,
           t.landed_blocks, t.served) for t in sim.transfers],
