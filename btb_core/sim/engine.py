@@ -42,6 +42,20 @@ def _column(trace, name: str):
     return col(name) if col is not None else trace.table[name]
 
 
+def _hook(router, name: str):
+    """``router``'s bound method ``name``, or None if it is the base :class:`Router`'s no-op (not
+    overridden by its class or set on the instance): calling it would do nothing."""
+    from ..routers.base import Router
+
+    if name not in getattr(router, "__dict__", {}) and \
+            getattr(type(router), name, None) is getattr(Router, name):
+        return None
+    fn = getattr(router, name, None)
+    if fn is None:        # a duck-typed router without it: fail where the call is, as before
+        return lambda *args: getattr(router, name)(*args)
+    return fn
+
+
 class Transfer:
     """One RDMA copy of a prefix's blocks from ``src`` to ``dst``."""
 
@@ -179,6 +193,9 @@ class Simulator:
         self.results: RequestColumns | None = None
         self.blocks: BlockIndex | None = None
         self._on_blocks = getattr(router, "on_blocks_complete", None)
+        #: The router's on_prefill_done / on_request_finished, or None where it keeps the base
+        #: class's no-op (set again after ``router.reset``, in ``_run``)
+        self._on_prefill = self._on_finished = None
         #: What the router sees: a ClusterView, or a LaggedView (stale KV events / loads, sim/lag.py)
         self.view = ClusterView(self)
         self._schedule = partial(self.scheduler.plan, self)   # (no extra frame per planning)
@@ -323,7 +340,8 @@ class Simulator:
         self._rows = (arrival, _column(trace, "input_length").to_numpy(dtype=np.int64),
                       _column(trace, "output_length").to_numpy(dtype=np.int64),
                       _column(trace, "request_id"), np.diff(trace.hash_offsets))
-        self.results = RequestColumns(n, cluster_events=bool(self.cluster_events))
+        self.results = RequestColumns(n, cluster_events=bool(self.cluster_events),
+                                      fixed=None if plan is not None else self._rows[:3])
         if plan is not None:
             self.jobs = self._make_jobs(0, n)
             arrive_jobs, arrive_s = self._closed_loop_setup(n)
@@ -340,6 +358,8 @@ class Simulator:
             if self.load_lag_s > 0 and n:
                 self._push(self.load_lag_s, _SNAP, self.view)
         router.reset(self.view)
+        self._on_prefill = _hook(router, "on_prefill_done")
+        self._on_finished = _hook(router, "on_request_finished")
         heap = self._heap
         replicas = self.replicas
         route = router.route
@@ -353,11 +373,12 @@ class Simulator:
         inf = float("inf")
         held = self._held_jobs
         q_time, q_replica, q_len = self.queue_samples
+        heappop = heapq.heappop
         while True:
             next_arrival = arrive_s[j] if j < n_chunk else inf
-            if heap and (heap[0][0] < next_arrival
-                         or (heap[0][0] == next_arrival and heap[0][1] < _ARRIVAL)):
-                t, prio, _, obj, token = heapq.heappop(heap)
+            if heap and ((top := heap[0])[0] < next_arrival
+                         or (top[0] == next_arrival and top[1] < _ARRIVAL)):
+                t, prio, _, obj, token = heappop(heap)
                 self.now = t
                 events += 1
                 if prio == _OP:
@@ -842,7 +863,8 @@ class Simulator:
         limit = (req.input_length - 1) // bt
         if limit > job.full:
             limit = job.full
-        n_h, n_d, n_k = cache.match(job.piece_starts, job.piece_lens, limit) if limit > 0 else (0, 0, 0)
+        starts, lens = job.piece_starts, job.piece_lens
+        n_h, n_d, n_k, lru_hits = cache.admit_lookup(starts, lens, limit) if limit > 0 else (0, 0, 0, 0)
         cost = self.cost
         load = 0.0
         if n_d or n_k:
@@ -860,7 +882,6 @@ class Simulator:
         total_blocks = -(-(req.input_length + (0 if self.paged else req.output_length)) // bt)
         private = total_blocks - m
         # slots needed: loaded blocks + new prompt blocks + private tail; LRU hits move to pinned
-        lru_hits = cache.lru_hits(job.piece_starts, job.piece_lens, n_h) if n_h else 0
         need = n_d + n_k + private + lru_hits
         if need > cache.capacity_blocks - cache.used_slots:
             if cache.used_slots == 0 and not rep.running:
@@ -869,7 +890,7 @@ class Simulator:
                     f"({req.input_length} + {req.output_length} tokens) but replica HBM holds "
                     f"{cache.capacity_blocks}; use a larger node or a smaller request")
             return False
-        cache.pin_prefix(job.piece_starts, job.piece_lens, n_h, n_d + n_k)
+        cache.pin_prefix(starts, lens, n_h, n_d + n_k)
         cache.reserve_private(private)
         job.pinned = m
         job.private = private
@@ -957,21 +978,26 @@ class Simulator:
         rep.cache.release(job.piece_starts, job.piece_lens, job.pinned, job.private)
         job.pinned = job.private = 0
         self.results.record(job)
-        self.router.on_request_finished(job.req, rep.idx)
-        job.req.drop_hash_ids()
+        req = job.req
+        if self._on_finished is not None:
+            self._on_finished(req, rep.idx)
+        if req._source is not None:       # (Request.drop_hash_ids, inlined)
+            req._hash_ids = None
 
     def first_token(self, rep, job):
         job.first_token_s = self.now
-        self.router.on_prefill_done(job.req, rep.idx)
-        if job.req.output_length <= 1:
+        req = job.req
+        if self._on_prefill is not None:
+            self._on_prefill(req, rep.idx)
+        if req.output_length <= 1:
             self._finish(rep, job)
         else:
-            job.join_ctx = job.req.input_length + 1
-            job.join_step = rep.steps_done
-            rep.ctx_tokens += job.join_ctx
+            job.join_ctx = req.input_length + 1
+            job.join_step = steps = rep.steps_done
+            rep.ctx_tokens += req.input_length + 1
             rep.n_decode += 1
             self._seq += 1
-            heapq.heappush(rep.decode_heap, (rep.steps_done + job.req.output_length - 1, self._seq, job))
+            heapq.heappush(rep.decode_heap, (steps + req.output_length - 1, self._seq, job))
 
     def finish_decodes(self, rep):
         heap = rep.decode_heap
@@ -1043,7 +1069,10 @@ class Simulator:
             self.scheduler.op_done(self, rep, kind, rep.op_data)
         rep.busy = False
         rep.op_kind = None
-        self._plan(rep)
+        if self.now < rep.paused_until:          # (Simulator._plan, inlined)
+            self.start_op(rep, "pause", rep.paused_until - self.now, None)
+        else:
+            self._schedule(rep)
 
     def _transfer_done(self, tr):
         if tr.epochs is not None and self._transfer_lost(tr):

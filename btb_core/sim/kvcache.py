@@ -128,18 +128,31 @@ class SpanList:
         out = []
         head = self.head
         self.size -= k
+        index = self.index
+        ix = self.ix
         while k > 0:
             sp = head.next
             if sp is head:
                 raise RuntimeError("SpanList.pop_front: fewer blocks than requested")
-            n = sp.hi - sp.lo
-            if n <= k:
-                self._unlink(sp)
-                out.append((sp.run, sp.lo, sp.hi))
-                k -= n
+            run, lo, hi = sp.run, sp.lo, sp.hi
+            if hi - lo <= k:
+                nxt = sp.next                     # (SpanList._unlink, inlined: sp.prev is head)
+                head.next = nxt
+                nxt.prev = head
+                v = index[run]
+                if type(v) is _Span:
+                    del index[run]
+                    if ix is not None:
+                        ix.dram_del(run, self.rep)
+                else:
+                    v.remove(sp)
+                    if len(v) == 1:
+                        index[run] = v[0]
+                out.append((run, lo, hi))
+                k -= hi - lo
             else:
-                out.append((sp.run, sp.hi - k, sp.hi))
-                sp.hi -= k
+                out.append((run, hi - k, hi))
+                sp.hi = hi - k
                 k = 0
         return out
 
@@ -308,8 +321,9 @@ class KVCache:
 
         Always: every tier within its capacity (``used_slots + lru.size <= capacity_blocks``,
         DRAM and disk within theirs); per run, the pinned part is the longest holder's part and
-        lies within its HBM part; the LRU holds exactly the HBM blocks nobody pins; pinned blocks
-        never exceed ``used_slots`` (the rest are private slots). With ``idle=True`` (no request
+        lies within its HBM part; the LRU holds exactly the HBM blocks nobody pins; no block is in
+        HBM and DRAM at once; pinned blocks never exceed ``used_slots`` (the rest are private
+        slots). With ``idle=True`` (no request
         running and no copy in flight, e.g. after a run): no pins, holders or private slots left
         (no leaked pins).
         """
@@ -341,6 +355,10 @@ class KVCache:
             fail(f"{unpinned} HBM blocks are unpinned but the LRU holds {self.lru.size}")
         if pinned > self.used_slots:
             fail(f"{pinned} pinned blocks exceed used_slots {self.used_slots}")
+        for run, h in self.hbm_len.items():
+            for sp in self.dram.spans_of(run):
+                if sp.lo < h:
+                    fail(f"run {run}: blocks {sp.lo}..{min(h, sp.hi) - 1} are in HBM and in DRAM")
         total = sum(self.hbm_len.values())
         if total != self.hbm_blocks:
             fail(f"hbm_blocks {self.hbm_blocks} but the runs hold {total} blocks in HBM")
@@ -450,6 +468,48 @@ class KVCache:
         n_d, n_k = self._lower(starts, lens, k, o, limit - n_h, True, True)
         return n_h, n_d, n_k
 
+    def admit_lookup(self, starts, lens, limit: int) -> tuple[int, int, int, int]:
+        """:meth:`match` of the first ``limit`` (>= 1) blocks and :meth:`lru_hits` of its HBM part,
+        in one walk over the path (what admitting a request asks).
+
+        Returns
+        -------
+        (hbm, dram, disk, lru_hits) : tuple of int
+            ``match(starts, lens, limit)`` and ``lru_hits(starts, lens, hbm)``.
+        """
+        hbm, pin = self.hbm_len, self.pin_len
+        n = hits = 0
+        k = o = -1                               # where the HBM part stops inside the path
+        for i in range(len(starts)):
+            if n >= limit:
+                n = limit
+                break
+            ln = lens[i]
+            c = limit - n if ln > limit - n else ln
+            run = starts[i]
+            h = hbm.get(run, 0)
+            if h < c:                            # HBM holds the first h blocks of this piece
+                if h:
+                    p = pin.get(run, 0)
+                    if h > p:
+                        hits += h - p
+                n += h
+                k, o = i, h
+                break
+            p = pin.get(run, 0)
+            if c > p:
+                hits += c - p
+            n += c
+        else:
+            if n > limit:
+                n = limit
+        if n >= limit or (not self.dram.size and (self.disk is None or not self.disk.blocks.size)):
+            return n, 0, 0, hits
+        if k < 0:
+            k, o = piece_at(lens, n)
+        n_d, n_k = self._lower(starts, lens, k, o, limit - n, True, True)
+        return n, n_d, n_k, hits
+
     def matched_blocks(self, starts, lens, n, tiers=("hbm", "dram", "disk")) -> int:
         """Length of the leading run of the path's first ``n`` blocks complete in any of ``tiers``."""
         h = self.hbm_prefix(starts, lens, n) if "hbm" in tiers else 0
@@ -487,10 +547,33 @@ class KVCache:
         """Evicted HBM blocks (spans in eviction order) go to DRAM, else disk, else nowhere."""
         if self.dram_capacity_blocks > 0:
             dram = self.dram
+            index = dram.index
+            head = dram.head
+            ix = dram.ix
             for run, lo, hi in spans:
-                if run in dram.index:
+                v = index.get(run)
+                if v is not None:
                     dram.remove_range(run, lo, hi)
-                dram.append_desc(run, lo, hi)
+                    v = index.get(run)
+                # (SpanList.append_desc, inlined; an evicted span is never empty)
+                tail = head.prev
+                dram.size += hi - lo
+                if tail.run == run and tail.lo == hi and tail is not head:
+                    tail.lo = lo
+                    continue
+                sp = _Span(run, lo, hi)
+                sp.prev = tail
+                sp.next = head
+                tail.next = sp
+                head.prev = sp
+                if v is None:
+                    index[run] = sp
+                    if ix is not None:
+                        ix.dram_add(run, dram.rep)
+                elif type(v) is _Span:
+                    index[run] = [v, sp]
+                else:
+                    v.append(sp)
             over = dram.size - self.dram_capacity_blocks
             if over > 0:
                 old = dram.pop_front(over)
@@ -502,10 +585,51 @@ class KVCache:
             self.disk.put_spans(spans)
 
     def _evict(self, count: int) -> None:
-        spans = self.lru.pop_front(count)
+        """Evict the ``count`` least recent LRU blocks from HBM and spill them (:meth:`_spill`).
+
+        With a DRAM tier each evicted span goes to DRAM as it leaves the LRU (the span object
+        itself moves when it leaves whole): the same operations as evicting all, then spilling
+        all in order, since the two touch disjoint state (HBM and LRU vs DRAM); DRAM's overflow is
+        cut after the last one, as :meth:`_spill` does.
+        """
+        lru = self.lru
+        head = lru.head
+        lindex = lru.index
         hbm = self.hbm_len
         ix = self.ix
-        for run, lo, hi in spans:
+        rep = self.rep
+        lru.size -= count
+        self.hbm_blocks -= count
+        to_dram = self.dram_capacity_blocks > 0
+        if to_dram:
+            dram = self.dram
+            dindex = dram.index
+            dhead = dram.head
+            dix = dram.ix
+        spans = []
+        k = count
+        while k > 0:          # (SpanList.pop_front, inlined; the LRU reports to no index)
+            sp = head.next
+            if sp is head:
+                raise RuntimeError("SpanList.pop_front: fewer blocks than requested")
+            run, lo, hi = sp.run, sp.lo, sp.hi
+            if hi - lo <= k:
+                nxt = sp.next
+                head.next = nxt
+                nxt.prev = head
+                v = lindex[run]
+                if type(v) is _Span:
+                    del lindex[run]
+                else:
+                    v.remove(sp)
+                    if len(v) == 1:
+                        lindex[run] = v[0]
+                k -= hi - lo
+            else:
+                lo = hi - k
+                sp.hi = lo
+                sp = None                        # (it stays in the LRU)
+                k = 0
             if hbm.get(run) != hi:
                 raise RuntimeError(f"KVCache invariant: evicting blocks {lo}..{hi - 1} of run {run} "
                                    f"but its HBM part ends at {hbm.get(run)}")
@@ -513,10 +637,67 @@ class KVCache:
                 hbm[run] = lo
             else:
                 del hbm[run]
-            self.hbm_blocks -= hi - lo
             if ix is not None:
-                ix.set_hbm(run, self.rep, lo)
-        self._spill(spans, count)
+                ix.set_hbm(run, rep, lo)
+            if not to_dram:
+                spans.append((run, lo, hi))
+                continue
+            # to DRAM (KVCache._spill and SpanList.append_desc, inlined). A block is never in HBM
+            # and DRAM at once (check_invariants), so DRAM holds none of these: nothing to remove
+            v = dindex.get(run)
+            tail = dhead.prev
+            dram.size += hi - lo
+            if tail.run == run and tail.lo == hi and tail is not dhead:
+                tail.lo = lo
+                continue
+            if sp is None:
+                sp = _Span(run, lo, hi)
+            sp.prev = tail
+            sp.next = dhead
+            tail.next = sp
+            dhead.prev = sp
+            if v is None:
+                dindex[run] = sp
+                if dix is not None:
+                    dix.dram_add(run, dram.rep)
+            elif type(v) is _Span:
+                dindex[run] = [v, sp]
+            else:
+                v.append(sp)
+        if not to_dram:
+            self._spill(spans, count)
+            return
+        over = dram.size - self.dram_capacity_blocks
+        if over > 0:
+            if self.disk is not None:
+                self.disk.put_spans(dram.pop_front(over))
+            else:             # (SpanList.pop_front, inlined: the blocks are dropped)
+                dram.size -= over
+                while over > 0:
+                    sp = dhead.next
+                    if sp is dhead:
+                        raise RuntimeError("SpanList.pop_front: fewer blocks than requested")
+                    n = sp.hi - sp.lo
+                    if n <= over:
+                        nxt = sp.next
+                        dhead.next = nxt
+                        nxt.prev = dhead
+                        run = sp.run
+                        v = dindex[run]
+                        if type(v) is _Span:
+                            del dindex[run]
+                            if dix is not None:
+                                dix.dram_del(run, dram.rep)
+                        else:
+                            v.remove(sp)
+                            if len(v) == 1:
+                                dindex[run] = v[0]
+                        over -= n
+                    else:
+                        sp.hi -= over
+                        over = 0
+        if dram.size > self.peak_dram_blocks:
+            self.peak_dram_blocks = dram.size
 
     def make_room(self, slots: int) -> bool:
         """Evict LRU blocks until ``slots`` more slots are free; False if impossible (no change)."""
@@ -547,33 +728,23 @@ class KVCache:
                 cnt[old] = c - 1
         cnt[new] = cnt.get(new, 0) + 1
 
-    def _unhold(self, run: int, length: int) -> None:
-        """A holder of the leading ``length`` blocks of ``run`` lets go; blocks nobody else holds
-        enter the LRU deepest first."""
-        cnt = self.holders[run]
-        c = cnt[length]
-        if c > 1:
-            cnt[length] = c - 1
-            return
-        del cnt[length]
-        p = self.pin_len[run]
-        if length < p:
-            return
-        new_p = max(cnt) if cnt else 0
-        if not cnt:
-            del self.holders[run]
-        if new_p:
-            self.pin_len[run] = new_p
-        else:
-            del self.pin_len[run]
-        self.used_slots -= length - new_p
-        self.lru.append_desc(run, new_p, length)
-
     def _pin_hbm(self, starts, lens, a: int, b: int) -> None:
         """A holder that holds path blocks ``[0, a)`` also pins ``[a, b)``, all in HBM."""
-        pin, lru = self.pin_len, self.lru
-        for run, old, new in path_spans(starts, lens, a, b):
-            self._hold(run, old, new)
+        pin, lru, holders = self.pin_len, self.lru, self.holders
+        for run, old, new in (((starts[0], a, b),) if b <= lens[0] else path_spans(starts, lens, a, b)):
+            if old >= new:
+                continue
+            cnt = holders.get(run)             # (KVCache._hold, inlined)
+            if cnt is None:
+                holders[run] = {new: 1}
+            else:
+                if old:
+                    c = cnt[old]
+                    if c == 1:
+                        del cnt[old]
+                    else:
+                        cnt[old] = c - 1
+                cnt[new] = cnt.get(new, 0) + 1
             p = pin.get(run, 0)
             if new > p:
                 lo = old if old > p else p
@@ -588,8 +759,27 @@ class KVCache:
         The first ``n_hbm`` are in HBM (pinned or LRU); the next ``n_lower`` are loaded from DRAM or
         disk into HBM. The caller must have checked that the slots fit.
         """
-        if n_hbm:
-            self._pin_hbm(starts, lens, 0, n_hbm)
+        if n_hbm:                     # (KVCache._pin_hbm(starts, lens, 0, n_hbm), inlined)
+            pin, lru, holders = self.pin_len, self.lru, self.holders
+            rest = n_hbm
+            k = 0
+            while rest > 0:
+                run = starts[k]
+                new = lens[k]
+                if new > rest:
+                    new = rest
+                rest -= new
+                k += 1
+                cnt = holders.get(run)           # (KVCache._hold(run, 0, new), inlined)
+                if cnt is None:
+                    holders[run] = {new: 1}
+                else:
+                    cnt[new] = cnt.get(new, 0) + 1
+                p = pin.get(run, 0)
+                if new > p:
+                    lru.remove_range(run, p, new)
+                    self.used_slots += new - p
+                    pin[run] = new
         if n_lower:
             pieces = path_spans(starts, lens, n_hbm, n_hbm + n_lower)
             dram = self.dram
@@ -609,10 +799,17 @@ class KVCache:
                 if self.ix is not None:
                     self.ix.set_hbm(run, self.rep, new)
             self.used_slots += n_lower
-        self._note_peak()
+        h = self.used_slots + self.lru.size      # (KVCache._note_peak, inlined)
+        if h > self.peak_hbm_blocks:
+            self.peak_hbm_blocks = h
 
     def reserve_private(self, slots: int) -> None:
-        self.make_room(slots)
+        """Take ``slots`` private slots, evicting LRU blocks as needed (the caller checked they fit)."""
+        used = self.used_slots                   # (KVCache.make_room, inlined)
+        if slots <= self.capacity_blocks - used:
+            excess = used + self.lru.size + slots - self.capacity_blocks
+            if excess > 0:
+                self._evict(excess)
         h = self.used_slots = self.used_slots + slots
         h += self.lru.size
         if h > self.peak_hbm_blocks:
@@ -625,9 +822,31 @@ class KVCache:
         already cached, the request shares it and its duplicate slot is freed).
         Returns the number of private slots converted or freed (``stop - start``).
         """
-        pin, hbm, lru, dram = self.pin_len, self.hbm_len, self.lru, self.dram
-        for run, old, new in path_spans(starts, lens, start, stop):
-            self._hold(run, old, new)          # the holder's length on this run: old -> new
+        pin, hbm, lru, dram, holders = self.pin_len, self.hbm_len, self.lru, self.dram, self.holders
+        ix = self.ix
+        pos = 0
+        for k in range(len(starts)):           # the path's blocks [start, stop), piece by piece
+            ln = lens[k]                       # (blocks.path_spans, inlined)
+            if pos + ln <= start:
+                pos += ln
+                continue
+            if pos >= stop:
+                break
+            run = starts[k]
+            old = start - pos if start > pos else 0
+            new = stop - pos if stop - pos < ln else ln
+            pos += ln
+            cnt = holders.get(run)             # the holder's length on this run: old -> new
+            if cnt is None:                    # (KVCache._hold, inlined)
+                holders[run] = {new: 1}
+            else:
+                if old:
+                    c = cnt[old]
+                    if c == 1:
+                        del cnt[old]
+                    else:
+                        cnt[old] = c - 1
+                cnt[new] = cnt.get(new, 0) + 1
             p = pin.get(run, 0)
             if p > old:                        # [old, min(new, p)) was pinned by others: share it
                 self.used_slots -= (new if new < p else p) - old
@@ -642,8 +861,8 @@ class KVCache:
                 if new > h:
                     hbm[run] = new
                     self.hbm_blocks += new - h
-                    if self.ix is not None:
-                        self.ix.set_hbm(run, self.rep, new)
+                    if ix is not None:
+                        ix.set_hbm(run, self.rep, new)
         return stop - start
 
     def release(self, starts, lens, pinned: int, private: int) -> None:
@@ -662,10 +881,54 @@ class KVCache:
         """Undo a holder's pin of the path's first ``n`` blocks (deepest first into the LRU)."""
         if n <= 0:
             return
-        k, o = piece_at(lens, n - 1)             # piece k holds the path's block n - 1
-        self._unhold(starts[k], o + 1)
-        for k in range(k - 1, -1, -1):
-            self._unhold(starts[k], lens[k])
+        k = 0                                    # piece k holds the path's block n - 1
+        length = n                               # (blocks.piece_at, inlined)
+        while length > lens[k]:
+            length -= lens[k]
+            k += 1
+        holders, pin = self.holders, self.pin_len
+        lru = self.lru
+        head = lru.head
+        while True:                              # (KVCache._unhold, inlined) deepest piece first
+            run = starts[k]
+            cnt = holders[run]
+            c = cnt[length]
+            if c > 1:
+                cnt[length] = c - 1
+            else:
+                del cnt[length]
+                if length >= pin[run]:           # nobody else holds [new_p, length): to the LRU
+                    if cnt:
+                        new_p = max(cnt)
+                        pin[run] = new_p
+                    else:
+                        new_p = 0
+                        del holders[run]
+                        del pin[run]
+                    self.used_slots -= length - new_p
+                    if length > new_p:           # (SpanList.append_desc; the LRU reports to no index)
+                        lru.size += length - new_p
+                        tail = head.prev
+                        if tail.run == run and tail.lo == length and tail is not head:
+                            tail.lo = new_p
+                        else:
+                            sp = _Span(run, new_p, length)
+                            sp.prev = tail
+                            sp.next = head
+                            tail.next = sp
+                            head.prev = sp
+                            lindex = lru.index
+                            v = lindex.get(run)
+                            if v is None:
+                                lindex[run] = sp
+                            elif type(v) is _Span:
+                                lindex[run] = [v, sp]
+                            else:
+                                v.append(sp)
+            k -= 1
+            if k < 0:
+                return
+            length = lens[k]
 
     def land(self, starts, lens, n: int) -> int:
         """A warm copy of the path's first ``n`` blocks landed: insert them into HBM as evictable

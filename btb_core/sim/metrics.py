@@ -204,6 +204,11 @@ class RequestColumns:
         Rows of the trace.
     cluster_events : bool
         Also keep ``retries`` (runs with cluster events).
+    fixed : tuple of numpy.ndarray, optional
+        ``(arrival_s, input_length, output_length)`` of every row, known before the run (shape
+        ``(n,)``): those columns are filled now (``output_length`` raised to 1, as the simulator's
+        requests have it) and :meth:`record` does not write them again. Not for closed-loop runs,
+        where a turn's ``arrival_s`` is its release time.
 
     Attributes
     ----------
@@ -218,9 +223,9 @@ class RequestColumns:
 
     __slots__ = ("arrival_s", "replica", "input_length", "output_length", "admit_s", "reuse_tier",
                  "reused_tokens", "hit_hbm", "hit_dram", "hit_disk", "load_s", "first_token_s",
-                 "finish_s", "retries")
+                 "finish_s", "retries", "fixed")
 
-    def __init__(self, n: int, cluster_events: bool = False) -> None:
+    def __init__(self, n: int, cluster_events: bool = False, fixed=None) -> None:
         def zeros(code):
             a = array(code)
             a.frombytes(bytes(a.itemsize * n))
@@ -240,15 +245,22 @@ class RequestColumns:
         self.first_token_s = zeros("d")
         self.finish_s = array("d", [-1.0]) * n
         self.retries = zeros("q") if cluster_events else array("q")
+        self.fixed = fixed is not None
+        if self.fixed:
+            arrival_s, input_length, output_length = fixed
+            self.column("arrival_s")[:] = np.asarray(arrival_s, dtype=np.float64)
+            self.column("input_length")[:] = np.asarray(input_length, dtype=np.int64)
+            self.column("output_length")[:] = np.maximum(np.asarray(output_length, dtype=np.int64), 1)
 
     def record(self, job) -> None:
         """Store a finished request's figures (``job``: a :class:`~btb_core.sim.replica.Job`)."""
         req = job.req
         i = req.index
-        self.arrival_s[i] = req.arrival_s
+        if not self.fixed:
+            self.arrival_s[i] = req.arrival_s
+            self.input_length[i] = req.input_length
+            self.output_length[i] = req.output_length
         self.replica[i] = job.replica
-        self.input_length[i] = req.input_length
-        self.output_length[i] = req.output_length
         self.admit_s[i] = job.admit_s
         self.reuse_tier[i] = _TIER_CODE[job.reuse_tier]
         self.reused_tokens[i] = job.reused_tokens
@@ -272,29 +284,29 @@ def build_result(sim) -> SimResult:
     res = sim.results
     n = len(res.finish_s)
     col = res.column
-    cols = {
+    arrival, admit = col("arrival_s"), col("admit_s")
+    first, finish = col("first_token_s"), col("finish_s")
+    input_length, reused = col("input_length"), col("reused_tokens")
+    # one frame in REQUEST_COLUMNS order, derived columns computed on the arrays
+    df = pd.DataFrame({
         "request_id": sim._rows[3].tolist(),
-        "arrival_s": col("arrival_s").copy(),
+        "arrival_s": arrival.copy(),
         "replica": col("replica").copy(),
-        "input_length": col("input_length").copy(),
+        "input_length": input_length.copy(),
         "output_length": col("output_length").copy(),
-        "admit_s": col("admit_s").copy(),
+        "queue_wait_s": admit - arrival,
         "reuse_tier": pd.Categorical.from_codes(col("reuse_tier"), categories=list(_TIERS)),
-        "reused_tokens": col("reused_tokens").copy(),
+        "reused_tokens": reused.copy(),
         "hit_hbm_tokens": col("hit_hbm").copy(),
         "hit_dram_tokens": col("hit_dram").copy(),
         "hit_disk_tokens": col("hit_disk").copy(),
+        "recomputed_tokens": input_length - reused,
         "load_s": col("load_s").copy(),
-        "first_token_s": col("first_token_s").copy(),
-        "finish_s": col("finish_s").copy(),
-    }
-    df = pd.DataFrame(cols)
-    df["queue_wait_s"] = df["admit_s"] - df["arrival_s"]
-    df["recomputed_tokens"] = df["input_length"] - df["reused_tokens"]
-    df["prefill_s"] = df["first_token_s"] - df["admit_s"]
-    df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
-    df["e2e_s"] = df["finish_s"] - df["arrival_s"]
-    df = df[list(REQUEST_COLUMNS)]
+        "prefill_s": first - admit,
+        "ttft_s": first - arrival,
+        "e2e_s": finish - arrival,
+        "finish_s": finish.copy(),
+    })
     tr = pd.DataFrame(
         [(t.tid, t.src, t.dst, t.num_blocks, t.bytes, t.request_s, t.start_s, t.end_s,
           t.landed_blocks, t.served) for t in sim.transfers],

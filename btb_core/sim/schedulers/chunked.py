@@ -23,34 +23,32 @@ class Chunked(Scheduler):
     decodes_in_ops = True
 
     def plan(self, sim, rep) -> None:
-        budget = self.cluster.chunk_tokens - rep.n_decode
+        cluster = self.cluster
+        budget = cluster.chunk_tokens - rep.n_decode
         cost = sim.cost
-        early = self.cluster.reuse_on == "scheduled"   # vLLM: blocks cached when scheduled
+        prefill_flops = cost.prefill_flops
+        early = cluster.reuse_on == "scheduled"   # vLLM: blocks cached when scheduled
         chunks = []
         flops = 0.0
         loads = 0.0
-
-        def take(job, budget):
-            """Schedule ``job``'s next chunk within ``budget`` tokens; returns its tokens and FLOPs."""
-            rem = job.req.input_length - job.done_tokens
-            c = rem if rem < budget else budget
-            f = cost.prefill_flops(c, job.done_tokens)
-            chunks.append((job, c))
-            if early:
-                sim.complete(rep, job, job.done_tokens + c)
-            return c, f
-
+        # each job's next chunk within the budget: (job, tokens), its FLOPs counted
         for job in rep.prefilling:
             if budget <= 0:
                 break
-            c, f = take(job, budget)
+            done = job.done_tokens
+            c = job.req.input_length - done
+            if c > budget:
+                c = budget
+            flops += prefill_flops(c, done)
+            chunks.append((job, c))
+            if early:
+                sim.complete(rep, job, done + c)
             budget -= c
-            flops += f
         waiting = rep.waiting
         admitted = False
-        max_running = self.cluster.max_running
+        max_running = cluster.max_running
         i = 0
-        while budget > 0 and waiting and rep.running < max_running:
+        while budget > 0 and waiting and rep.n_decode + len(rep.prefilling) + rep.in_op < max_running:
             if rep.holds:             # skip requests waiting for a copy in flight
                 i = sim.first_unheld(rep, i)
                 if i is None:
@@ -65,9 +63,15 @@ class Chunked(Scheduler):
             admitted = True
             rep.prefilling.append(job)
             loads += job.load_s
-            c, f = take(job, budget)
+            done = job.done_tokens
+            c = job.req.input_length - done
+            if c > budget:
+                c = budget
+            flops += prefill_flops(c, done)
+            chunks.append((job, c))
+            if early:
+                sim.complete(rep, job, done + c)
             budget -= c
-            flops += f
         if admitted:
             sim.sample_queue(rep)
         if not chunks:

@@ -36,7 +36,10 @@ class PrefillFirst(Scheduler):
                     del waiting[i]
                 else:
                     waiting.popleft()
-                sim.sample_queue(rep)
+                t, r, q = sim.queue_samples      # (Simulator.sample_queue, inlined)
+                t.append(sim.now)
+                r.append(rep.idx)
+                q.append(len(waiting))
                 req = job.req
                 compute = sim.cost.prefill_s(req.input_length - job.done_tokens, job.done_tokens)
                 rep.in_op += 1
@@ -46,8 +49,9 @@ class PrefillFirst(Scheduler):
                 return
         if rep.n_decode:
             sim.start_stretch(rep)
-        else:
-            sim.idle(rep)
+        else:                         # (Simulator.idle, inlined)
+            rep.busy = False
+            rep.op_kind = None
 
     def op_done(self, sim, rep, kind: str, data) -> None:
         job = data
