@@ -103,13 +103,17 @@ def common_prefix(a, b, lo: int = 0) -> int:
 
 
 class _Node(deque):
-    """A grid node of the detection index: a deque of the arrivals that touched it, as
-    ``(time, hash_ids)`` (one tuple per arrival, shared by every node it touches), oldest first,
-    and ``first_s``, its creation time. Kept: every arrival within ``rate_window_s`` of the last
-    one (the rate estimate) and at least the last X (the detection test), so the front may hold up
-    to X older ones."""
+    """A chain of consecutive grid nodes of the detection index that have had the same arrivals
+    since they were created together (a radix-tree edge of grid nodes): a deque of those
+    arrivals, as ``(time, hash_ids)`` (one tuple per arrival, shared by every node it touches),
+    oldest first; ``first_s``, the nodes' creation time; ``keys``, the nodes' ids (grid ids of one
+    path, shallowest first); ``next``, the node that took over the tail of ``keys`` when this one
+    was split (see :meth:`BTBAdaptiveRouter._node_of`). Every grid node in ``keys`` has this
+    history, so an arrival walks the chains of its path, not its grid nodes one by one. Kept:
+    every arrival within ``rate_window_s`` of the last one (the rate estimate) and at least the
+    last X (the detection test), so the front may hold up to X older ones."""
 
-    __slots__ = ("first_s",)
+    __slots__ = ("first_s", "keys", "next")
 
     @property
     def hist(self) -> "_Node":
@@ -119,15 +123,17 @@ class _Node(deque):
 class _Active:
     """An active prefix: its ids, demand and warm set."""
 
-    __slots__ = ("key", "ids", "runs", "depth", "node", "last_s", "target", "pins", "pipes",
-                 "queued", "own_tokens")
+    __slots__ = ("key", "ids", "runs", "pieces", "depth", "node", "node_key", "last_s", "target",
+                 "pins", "pipes", "queued", "own_tokens")
 
-    def __init__(self, key, ids, runs, node, now):
+    def __init__(self, key, ids, runs, pieces, node, node_key, now):
         self.key = key
         self.ids = ids
         self.runs = runs         # (starts, lens) of ids
+        self.pieces = pieces     # the view's pieces of a path that starts with ids, or None
         self.depth = len(ids)
-        self.node = node
+        self.node = node         # the chain that held grid node node_key when it was detected
+        self.node_key = node_key
         self.last_s = now
         self.target = 1
         self.pins: dict = {}     # replica -> blocks pinned
@@ -231,6 +237,9 @@ class BTBAdaptiveRouter(Router):
         self._tid: dict = {}                          # transfer id -> (key, dst, ids, row)
         self._req: dict = {}                          # request index -> (row, replica, ids, full)
         self._grid_cache: dict = {}
+        # the view answers matches from a request's pieces (ClusterView, LaggedView)
+        self._by_pieces = all(hasattr(view, f) for f in (
+            "request_pieces", "cached_blocks_hbm_dram_pieces", "cached_blocks_all_pieces"))
         self._acted = False                          # a copy, pin or hold started (see route)
         #: Decision ledger: one dict per copy made / skipped, warm-set change and pin.
         self.ledger: list[dict] = []
@@ -297,21 +306,28 @@ class BTBAdaptiveRouter(Router):
         pred = self._scores(request, request_runs(request))
         return [self._entry(r, pred) for r in range(self.view.num_replicas)]
 
-    def _cached(self, ids):
-        """(HBM, HBM+DRAM) matches of ``ids`` per replica from the view (dicts; absent = 0)."""
+    def _cached(self, request):
+        """(HBM, HBM+DRAM) matches of ``request.hash_ids`` per replica from the view (dicts;
+        absent = 0): from the request's pieces when the view hands them over (no id tuple to
+        look up), else from its ids."""
         v = self.view
+        ids = request.hash_ids
+        if self._by_pieces:
+            pieces = v.request_pieces(request)
+            if pieces is not None:
+                return v.cached_blocks_hbm_dram_pieces(pieces[0], pieces[1], len(ids))
         both = getattr(v, "cached_blocks_hbm_dram", None)
         if both is not None:
             return both(ids)
         return cached_blocks_all(v, ids, ("hbm",)), cached_blocks_all(v, ids, ("hbm", "dram"))
 
-    def _matches(self, ids, runs, limit, cached=None):
-        """(HBM, HBM+DRAM, pending) matches of ``ids`` (runs ``runs``) per replica (dicts;
-        absent = 0). ``cached``: :meth:`_cached` of ``ids`` taken earlier in this arrival with
-        no copy, pin or hold started since (the view's answer is the same)."""
+    def _matches(self, request, runs, limit, cached=None):
+        """(HBM, HBM+DRAM, pending) matches of ``request.hash_ids`` (runs ``runs``) per replica
+        (dicts; absent = 0). ``cached``: :meth:`_cached` of the request taken earlier in this
+        arrival with no copy, pin or hold started since (the view's answer is the same)."""
         if limit <= 0:
             return {}, {}, {}
-        hbm, hbm_dram = cached if cached is not None else self._cached(ids)
+        hbm, hbm_dram = cached if cached is not None else self._cached(request)
         return hbm, hbm_dram, self._pend.depths(runs[0], runs[1], limit)
 
     def _own(self, depth: int, isl: int):
@@ -350,7 +366,7 @@ class BTBAdaptiveRouter(Router):
         special = {}
         reused = {}
         if limit > 0:
-            hbm, hbm_dram, pend = self._matches(ids, runs, limit, cached)
+            hbm, hbm_dram, pend = self._matches(request, runs, limit, cached)
             for r in self._inc_any:
                 # a copy landing there that is a prefix of ids: the per-replica rule (without
                 # one, _predict_one gives what the common rule below gives)
@@ -524,8 +540,9 @@ class BTBAdaptiveRouter(Router):
         return g
 
     def _observe(self, request):
-        """Update the prefix index with ``request``; return ``(depth, node)`` of the deepest
-        prefix X arrivals share within ``z_s`` (depth >= :attr:`min_copy_blocks`), or None.
+        """Update the prefix index with ``request``; return ``(depth, node, key)``: the deepest
+        prefix X arrivals share within ``z_s`` (depth >= :attr:`min_copy_blocks`), the chain
+        holding the grid node where it was detected and that node's id; or None.
 
         Each grid node on the request's path is touched in depth order: the arrival joins its
         history, and the node is *detected* when its X-th last arrival is within ``z_s``; after a
@@ -534,7 +551,14 @@ class BTBAdaptiveRouter(Router):
         arrival at ``now`` exactly the nodes with ``now - last > rate_window_s`` are gone, so a
         node found dead by that test (against the time of the last arrival) is taken as absent and
         replaced, and dead nodes are swept from the dict only when it has grown (not per arrival).
-        """
+
+        Grid nodes are kept in chains (:class:`_Node`) of consecutive nodes with one history, so
+        the walk touches each chain once: every node of a chain gets the same arrival and the same
+        test result. A chain is split where the path leaves it or where the walk stops inside it
+        (the tail keeps the history without this arrival); the nodes past a missing or dead one
+        are missing or dead too (a live node's arrivals all walked its ancestors), so they become
+        one new chain. Same histories, detections and creation times as node by node
+        (tests/test_adaptive_incremental.py)."""
         now = self.view.now_s
         ids = request.hash_ids
         full = min(request.full_blocks, len(ids))
@@ -543,27 +567,65 @@ class BTBAdaptiveRouter(Router):
         nodes = self._nodes
         get = nodes.get
         x, z, w = self.x_repeats, self.z_s + 1e-9, self.rate_window_s
+        x1 = x - 1
         expired = self._expired_s     # time of the last arrival: nodes idle since are gone
         entry = (now, ids)
-        found_d, found = 0, None
-        depths, keys = self._grid_keys(full)
-        for d, key in zip(depths, keys(ids)):
+        found_d, found, found_key = 0, None, None
+        depths, keyget = self._grid_keys(full)
+        keys = keyget(ids)
+        nk = len(keys)
+        i = 0
+        while i < nk:
+            key = keys[i]
             node = get(key)
             if node is None or expired - node[-1][0] > w:
-                node = nodes[key] = _Node()
-                node.first_s = now
-                node.append(entry)
-                if found is not None:
-                    break      # a new node holds one arrival: not detected (X >= 2)
-                continue
+                # missing or dead, and so is every deeper node of the path: one new chain (a
+                # single node after a detection: it holds one arrival, not detected, X >= 2)
+                new = _Node((entry,))
+                new.first_s = now
+                new.next = None
+                if found is not None or i == nk - 1:
+                    new.keys = (key,)
+                    nodes[key] = new
+                else:
+                    new.keys = nk_keys = keys[i:]
+                    nodes.update(dict.fromkeys(nk_keys, new))
+                break
+            ck = node.keys
+            if ck[0] != key:          # (not reached: a live chain is entered at its first node)
+                node = self._split(node, ck.index(key))
+                ck = node.keys
+            cl = len(ck)
+            # path nodes in this chain: chained ids agree at a position exactly when they agree
+            # at every earlier one
+            if keys[i:i + cl] == ck:
+                q = cl
+            else:
+                lo, hi = 1, min(cl, nk - i)
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if keys[i + mid - 1] == ck[mid - 1]:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                q = lo
+            # the test after this arrival joins (trimming keeps the X-th last one)
+            det = len(node) >= x1 and now - node[-x1][0] <= z
+            if not det and found is not None:
+                q = 1                 # the walk stops after this chain's first node
+            if q < cl:
+                self._split(node, q)
             node.append(entry)
             if now - node[0][0] > w:
                 while now - node[0][0] > w and len(node) > x:
                     node.popleft()
-            if len(node) >= x and now - node[-x][0] <= z:
-                found_d, found = d, node
+            if det:
+                i += q
+                found_d, found, found_key = depths[i - 1], node, keys[i - 1]
             elif found is not None:
-                break          # deeper nodes are shared by fewer arrivals
+                break
+            else:
+                i += q
         self._expired_s = now
         if len(nodes) > self._sweep_at:
             self._sweep(now)
@@ -574,7 +636,28 @@ class BTBAdaptiveRouter(Router):
             depth = min(depth, common_prefix(ids, found[k][1], found_d))
         if depth < self.min_copy_blocks:
             return None
-        return depth, found
+        return depth, found, found_key
+
+    def _split(self, node: _Node, m: int) -> _Node:
+        """Cut chain ``node`` after its first ``m`` grid nodes: the rest become a new chain with
+        the same history (a copy), linked from ``node.next``. Returns the new chain."""
+        tail = _Node(node)
+        tail.first_s = node.first_s
+        tail.keys = tk = node.keys[m:]
+        tail.next = node.next
+        node.keys = node.keys[:m]
+        node.next = tail
+        self._nodes.update(dict.fromkeys(tk, tail))
+        return tail
+
+    @staticmethod
+    def _node_of(node: _Node, key) -> _Node:
+        """The chain that holds grid node ``key`` now, from the chain that held it earlier (a
+        split moves a chain's tail to the chains linked by ``next``; a node replaced after it
+        died is a new chain, so the old one keeps the dead node's history, as it stopped)."""
+        while key not in node.keys:
+            node = node.next
+        return node
 
     def _sweep(self, now: float) -> None:
         """Drop the nodes expired at ``now`` (no arrival for ``rate_window_s``)."""
@@ -594,13 +677,25 @@ class BTBAdaptiveRouter(Router):
             k += 1
         return (len(hist) - k) / span
 
+    def _act_rate(self, act) -> float:
+        """:meth:`_rate` of the grid node where ``act`` was detected."""
+        node = act.node
+        if act.node_key not in node.keys:
+            node = act.node = self._node_of(node, act.node_key)
+        return self._rate(node)
+
     def _holders(self, act, cached=None) -> tuple[list[int], list[int]]:
         """Replicas with the prefix complete (HBM or DRAM), and those with it pending or landing.
         ``cached``: the view's :meth:`_cached` of a request's ids that start with the prefix
         (a replica holds the whole prefix exactly when it matches at least its depth there)."""
         ids, n = act.ids, act.depth
-        held = cached[1] if cached is not None else cached_blocks_all(self.view, ids,
-                                                                       ("hbm", "dram"))
+        if cached is not None:
+            held = cached[1]
+        elif act.pieces is not None:
+            held = self.view.cached_blocks_all_pieces(act.pieces[0], act.pieces[1], n,
+                                                      ("hbm", "dram"))
+        else:
+            held = cached_blocks_all(self.view, ids, ("hbm", "dram"))
         if held and min(held.values()) >= n:
             complete = sorted(held)     # every holder has it all (C-level)
         else:
@@ -619,7 +714,7 @@ class BTBAdaptiveRouter(Router):
         if request is not None:
             act.own_tokens = max(1, int(request.input_length) - n_blocks * self.bt)
         service = self.cost.prefill_s(act.own_tokens, n_blocks * self.bt) * self.prefill_error
-        rate = self._rate(act.node)
+        rate = self._act_rate(act)
         # steady demand: rate x service per warm replica at most the target utilisation
         k_rate = math.ceil(rate * service / self.target_utilization)
         # start of a burst: while no replica holds the prefix complete, the requests that arrive
@@ -682,7 +777,7 @@ class BTBAdaptiveRouter(Router):
         row = len(self.ledger)
         self._tid[tid] = (act.key, dst, ids, row)
         self.ledger.append({"time_s": v.now_s, "event": "copy", "prefix_blocks": len(ids),
-                            "rate_per_s": self._rate(act.node), "service_s": float("nan"),
+                            "rate_per_s": self._act_rate(act), "service_s": float("nan"),
                             "target": act.target, "src": src, "dst": dst,
                             "reason": "pipelined chunk" if first_block or ids is not act.ids
                             else "warm set below demand",
@@ -690,7 +785,7 @@ class BTBAdaptiveRouter(Router):
 
     def _skip(self, act, dst, reason) -> None:
         self.ledger.append({"time_s": self.view.now_s, "event": "skip", "prefix_blocks": act.depth,
-                            "rate_per_s": self._rate(act.node), "service_s": float("nan"),
+                            "rate_per_s": self._act_rate(act), "service_s": float("nan"),
                             "target": act.target, "src": -1, "dst": dst, "reason": reason,
                             "predicted_land_s": float("nan")})
 
@@ -720,7 +815,7 @@ class BTBAdaptiveRouter(Router):
             self._incoming[dst].append((act.ids, ready, ("pipe", act.key)))
             self._inc_any.add(dst)
             self.ledger.append({"time_s": v.now_s, "event": "pipe", "prefix_blocks": act.depth,
-                                "rate_per_s": self._rate(act.node), "service_s": float("nan"),
+                                "rate_per_s": self._act_rate(act), "service_s": float("nan"),
                                 "target": act.target, "src": srcs[0], "dst": dst,
                                 "reason": "first prefill running: copy each completed chunk",
                                 "predicted_land_s": float("nan")})
@@ -796,16 +891,18 @@ class BTBAdaptiveRouter(Router):
             self._release_idle()
         cached = None
         if found is not None:
-            depth, node = found
+            depth, node, node_key = found
             key = request.hash_ids[depth - 1]
             act = self._active.get(key)
             if act is None:
+                pieces = v.request_pieces(request) if self._by_pieces else None
                 act = self._active[key] = _Active(key, tuple(request.hash_ids[:depth]),
-                                                  truncate_runs(runs[0], runs[1], depth), node, now)
+                                                  truncate_runs(runs[0], runs[1], depth), pieces,
+                                                  node, node_key, now)
             act.last_s = now
             # one view query serves the warm-set check and the scores below, unless this
             # arrival started a copy, pin or hold in between
-            cached = self._cached(request.hash_ids)
+            cached = self._cached(request)
             self._acted = False
             self._size_warm_set(act, request, cached)
             if self._acted:

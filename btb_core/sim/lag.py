@@ -198,6 +198,12 @@ class LaggedView(ClusterView):
         return (self.cached_blocks_all(hash_ids, ("hbm",)),
                 self.cached_blocks_all(hash_ids, ("hbm", "dram")))
 
+    def cached_blocks_hbm_dram_pieces(self, starts, lens, n) -> tuple[dict, dict]:
+        if self.mirrors is None:
+            return super().cached_blocks_hbm_dram_pieces(starts, lens, n)
+        return (self.cached_blocks_all_pieces(starts, lens, n, ("hbm",)),
+                self.cached_blocks_all_pieces(starts, lens, n, ("hbm", "dram")))
+
     # -- load figures --------------------------------------------------------------------------
     def snapshot(self) -> None:
         """Take the load figures of every replica now (called every ``load_lag_s`` seconds)."""

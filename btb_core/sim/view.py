@@ -231,6 +231,12 @@ class ClusterView:
         return self._sim.holder_index.matched(self._caches, pieces[0],
                                               pieces[1], len(hash_ids), True, True, True)
 
+    def cached_blocks_hbm_dram_pieces(self, starts, lens, n: int) -> tuple[dict, dict]:
+        """:meth:`cached_blocks_hbm_dram` of the path's first ``n`` blocks given by its pieces
+        (:meth:`pieces`, :meth:`request_pieces`; ``n`` at most their total length), from one
+        walk, without building or looking up its id tuple."""
+        return self._sim.holder_index.matched(self._caches, starts, lens, n, True, True, True)
+
     def _scan_all(self, hash_ids, tiers) -> dict[int, int]:
         """:meth:`cached_blocks_all` by asking every replica (the reference answer)."""
         return scan_cached_blocks(self, hash_ids, tiers)
