@@ -29,6 +29,13 @@ disk tier scans every replica (:meth:`btb_core.sim.view.ClusterView.cached_block
 
 from __future__ import annotations
 
+from itertools import compress, repeat
+from operator import not_
+
+#: Holders up to which :meth:`HolderIndex.matched` splits them in a plain loop (past it, by
+#: C-level maps; the same answer, in the same order).
+_FEW = 8
+
 
 class HolderIndex:
     """Block run -> replicas holding it, by tier (see the module docstring).
@@ -152,14 +159,23 @@ class HolderIndex:
             d = hbm.get(starts[0])
             if d:
                 c = lens[0] if lens[0] < n else n
-                alive = []
-                stop = []
-                for r, h in d.items():
-                    if h >= c:
-                        alive.append(r)
-                    else:
-                        out[r] = h
-                        stop.append(r)
+                if len(d) <= _FEW:
+                    alive = []
+                    stop = []
+                    for r, h in d.items():
+                        if h >= c:
+                            alive.append(r)
+                        else:
+                            out[r] = h
+                            stop.append(r)
+                elif min(d.values()) >= c:       # every holder has the whole piece
+                    alive = list(d)
+                    stop = None
+                else:                            # the same, by C-level maps, in d's order
+                    keep = list(map(c.__le__, d.values()))
+                    alive = list(compress(d.keys(), keep))
+                    stop = list(compress(d.keys(), map(not_, keep)))
+                    out.update(zip(stop, compress(d.values(), map(not_, keep))))
                 if stop:
                     drops.append((0, stop))
                 pos = c
@@ -174,15 +190,27 @@ class HolderIndex:
                         break
                     ln = lens[k]
                     c = ln if ln < n - pos else n - pos
-                    nxt = []
-                    stop = []
-                    for r in alive:
-                        h = d.get(r, 0)
-                        if h >= c:
-                            nxt.append(r)
+                    if len(alive) <= _FEW:
+                        nxt = []
+                        stop = []
+                        for r in alive:
+                            h = d.get(r, 0)
+                            if h >= c:
+                                nxt.append(r)
+                            else:
+                                out[r] = pos + h
+                                stop.append(r)
+                    else:                        # the same, by C-level maps, in alive's order
+                        hs = list(map(d.get, alive, repeat(0)))
+                        if min(hs) >= c:
+                            nxt = alive
+                            stop = None
                         else:
-                            out[r] = pos + h
-                            stop.append(r)
+                            keep = list(map(c.__le__, hs))
+                            nxt = list(compress(alive, keep))
+                            stop = list(compress(alive, map(not_, keep)))
+                            out.update(zip(stop, map(pos.__add__,
+                                                     compress(hs, map(not_, keep)))))
                     if stop:
                         drops.append((k, stop))
                     alive = nxt
