@@ -58,7 +58,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import add, gt, itemgetter, sub
 
 import pandas as pd
 
@@ -124,7 +125,7 @@ class _Active:
     """An active prefix: its ids, demand and warm set."""
 
     __slots__ = ("key", "ids", "runs", "pieces", "depth", "node", "node_key", "last_s", "target",
-                 "pins", "pipes", "queued", "own_tokens")
+                 "pins", "pipes", "queued", "own_tokens", "svc_tokens", "svc")
 
     def __init__(self, key, ids, runs, pieces, node, node_key, now):
         self.key = key
@@ -140,6 +141,8 @@ class _Active:
         self.pipes: dict = {}    # dst replica -> blocks sent so far by pipelined copies
         self.queued = 0          # requests of the prefix routed and not yet past prefill
         self.own_tokens = 1      # the last request's tokens after the prefix
+        self.svc_tokens = 0      # own_tokens of svc, the predicted prefill of them
+        self.svc = 0.0
 
 
 class BTBAdaptiveRouter(Router):
@@ -237,6 +240,8 @@ class BTBAdaptiveRouter(Router):
         self._tid: dict = {}                          # transfer id -> (key, dst, ids, row)
         self._req: dict = {}                          # request index -> (row, replica, ids, full)
         self._grid_cache: dict = {}
+        self._own_cache: dict = {}                   # (depth, input tokens) -> _own(depth, isl)
+        self._idle_bound = math.inf                  # <= every active prefix's last_s
         # the view answers matches from a request's pieces (ClusterView, LaggedView)
         self._by_pieces = all(hasattr(view, f) for f in (
             "request_pieces", "cached_blocks_hbm_dram_pieces", "cached_blocks_all_pieces"))
@@ -334,14 +339,24 @@ class BTBAdaptiveRouter(Router):
         """``(prefill seconds of the tokens after ``depth`` reused blocks before the decode share,
         decode share per decoding request, chunk share cap)``: the per-depth part of
         :meth:`service_s` (the decode share is ``iters x decode_g``, times the replica's decoding
-        requests), asked once per distinct depth."""
+        requests), asked once per distinct depth and kept for the next request of the same
+        length (the cost model is fixed for a run)."""
+        key = (depth, isl)
+        got = self._own_cache.get(key)
+        if got is not None:
+            return got
         new = isl - depth * self.bt
         t0 = self.cost.prefill_s(new, depth * self.bt) * self.prefill_error
         if not self.chunked:
-            return t0, 0.0, 0
-        iters = max(1, -(-new // self.chunk_tokens))
-        t0 = max(t0, iters * self._decode_a)
-        return t0, iters * self._decode_g, self.chunk_tokens // max(1, new)
+            got = (t0, 0.0, 0)
+        else:
+            iters = max(1, -(-new // self.chunk_tokens))
+            t0 = max(t0, iters * self._decode_a)
+            got = (t0, iters * self._decode_g, self.chunk_tokens // max(1, new))
+        if len(self._own_cache) >= 8192:
+            self._own_cache.clear()
+        self._own_cache[key] = got
+        return got
 
     def _scores(self, request, runs, cached=None):
         """Every replica's score, without building every replica's :meth:`predict` tuple:
@@ -367,56 +382,56 @@ class BTBAdaptiveRouter(Router):
         reused = {}
         if limit > 0:
             hbm, hbm_dram, pend = self._matches(request, runs, limit, cached)
-            for r in self._inc_any:
-                # a copy landing there that is a prefix of ids: the per-replica rule (without
-                # one, _predict_one gives what the common rule below gives)
-                if self._landing(r, ids)[0]:
-                    special[r] = None
-            if hbm_dram == hbm:
-                # no DRAM part anywhere (one C-level comparison): every holder reuses
-                # max(min(HBM, limit), pending); a special replica's entry is overridden
-                if hbm and max(hbm.values()) > limit:
-                    reused = {r: (m if m < limit else limit) for r, m in hbm.items()}
-                else:
-                    reused = hbm.copy()
-                for r, p in pend.items():
-                    if p > reused.get(r, 0):
-                        reused[r] = p
+            if self._inc_any:
+                nids = len(ids)
+                incoming = self._incoming
+                for r in self._inc_any:
+                    # a copy landing there that is a prefix of ids: the per-replica rule
+                    # (without one, _predict_one gives what the common rule below gives)
+                    for cids, _land, _tid in incoming[r]:
+                        k = len(cids)
+                        if k <= nids and ids[k - 1] == cids[-1]:
+                            special[r] = None
+                            break
+            # every holder reuses max(min(HBM, limit), pending), but a replica whose DRAM holds
+            # more than its HBM (capped at limit) takes the per-replica rule (load or
+            # recompute); a special replica's entry here is never read (the per-holder work is
+            # C-level maps: the holder index names about every replica when they share a
+            # system prompt)
+            if hbm and max(hbm.values()) > limit:
+                reused = dict(zip(hbm.keys(), map(min, hbm.values(), repeat(limit))))
             else:
-                for r, md in hbm_dram.items():
-                    if r in special:
-                        continue
-                    m = hbm.get(r, 0)
-                    if m > limit:
-                        m = limit
-                    if (md if md < limit else limit) > m:
-                        special[r] = None       # DRAM holds more: load or recompute, per replica
-                        continue
-                    p = pend.get(r, 0)
-                    d = p if p > m else m
-                    if d:
-                        reused[r] = d
-                for r, p in pend.items():
-                    if r not in special and r not in hbm_dram:
-                        reused[r] = p
+                reused = hbm.copy()
+            if hbm_dram != hbm:
+                keys = hbm_dram.keys()
+                capped = reused.get
+                more = list(compress(keys, map(gt, map(min, hbm_dram.values(), repeat(limit)),
+                                               map(capped, keys, repeat(0)))))
+                if more:
+                    special.update(dict.fromkeys(more))
+            for r, p in pend.items():
+                if p > reused.get(r, 0):
+                    reused[r] = p
             for r in special:
                 special[r] = self._predict_one(r, ids, isl, limit, now, hbm.get(r, 0),
                                                hbm_dram.get(r, 0), pend.get(r, 0), usage[r])
         own = {0: self._own(0, isl)}
-        for d in reused.values():
+        for d in set(reused.values()):
             if d not in own:
                 own[d] = self._own(d, isl)
         free = self._free_at
         if not self.chunked:
             own0 = own[0][0]
+            # backlog + own prefill seconds per replica, by C-level maps: max(f - now, 0.0) is
+            # (f - now if f > now else 0.0) (distinct floats never subtract to 0)
+            wait = map(max, map(sub, free, repeat(now)), repeat(0.0))
             if reused:
-                # each replica's own prefill seconds, set by C-level maps (no per-holder loop)
                 per = [own0] * n
                 first = {d: o[0] for d, o in own.items()}
                 any(map(per.__setitem__, reused.keys(), map(first.__getitem__, reused.values())))
-                scores = [(f - now) + o if f > now else 0.0 + o for f, o in zip(free, per)]
+                scores = list(map(add, wait, per))
             else:
-                scores = [(f - now) + own0 if f > now else 0.0 + own0 for f in free]
+                scores = list(map(add, wait, repeat(own0)))
         else:
             dec = self._decoding
             out = self._out
@@ -514,10 +529,12 @@ class BTBAdaptiveRouter(Router):
                     b = mid
             if srt[a - 1] == lo:     # every tied replica scores exactly lo: the j-th of them
                 j = int(self.view.rng.integers(a))
-                i = values.index(lo)
-                for _ in range(j):
-                    i = values.index(lo, i + 1)
-                return i
+                if j < 4:
+                    i = values.index(lo)
+                    for _ in range(j):
+                        i = values.index(lo, i + 1)
+                    return i
+                return list(compress(range(n), map(lo.__eq__, values)))[j]
             tied = [r for r, x in enumerate(values) if x - lo <= tol]
         if len(tied) == 1:
             return tied[0]
@@ -713,7 +730,10 @@ class BTBAdaptiveRouter(Router):
         n_blocks = act.depth
         if request is not None:
             act.own_tokens = max(1, int(request.input_length) - n_blocks * self.bt)
-        service = self.cost.prefill_s(act.own_tokens, n_blocks * self.bt) * self.prefill_error
+        if act.svc_tokens != act.own_tokens:
+            act.svc_tokens = act.own_tokens
+            act.svc = self.cost.prefill_s(act.own_tokens, n_blocks * self.bt) * self.prefill_error
+        service = act.svc
         rate = self._act_rate(act)
         # steady demand: rate x service per warm replica at most the target utilisation
         k_rate = math.ceil(rate * service / self.target_utilization)
@@ -868,8 +888,12 @@ class BTBAdaptiveRouter(Router):
 
     def _release_idle(self) -> None:
         now = self.view.now_s
-        for key in [k for k, a in self._active.items() if now - a.last_s > self.rate_window_s]:
+        w = self.rate_window_s
+        if not now - self._idle_bound > w:
+            return            # every last_s >= the bound: none idle (x - y falls as y grows)
+        for key in [k for k, a in self._active.items() if now - a.last_s > w]:
             self._release(self._active.pop(key))
+        self._idle_bound = min((a.last_s for a in self._active.values()), default=math.inf)
 
     def _release(self, act) -> None:
         v = self.view
@@ -899,6 +923,8 @@ class BTBAdaptiveRouter(Router):
                 act = self._active[key] = _Active(key, tuple(request.hash_ids[:depth]),
                                                   truncate_runs(runs[0], runs[1], depth), pieces,
                                                   node, node_key, now)
+                if now < self._idle_bound:
+                    self._idle_bound = now
             act.last_s = now
             # one view query serves the warm-set check and the scores below, unless this
             # arrival started a copy, pin or hold in between
@@ -911,8 +937,9 @@ class BTBAdaptiveRouter(Router):
         r = self._argmin(pred[0])
         _score, t, kind, m, ready = self._entry(r, pred)
         # book it
-        bt = self.bt
-        service = self.service_s(int(request.input_length) - m * bt, m * bt, r)
+        # = service_s(isl - m x bt, m x bt, r): the same operations, the cost model asked once
+        o0, og, _cap = self._own(m, pred[5])
+        service = o0 + og * self._decoding[r] if self.chunked else o0
         start = max(now, self._free_at[r], ready)
         self._free_at[r] = start + service
         self._out[r][request.index] = service
