@@ -59,7 +59,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from itertools import compress, repeat
-from operator import add, gt, itemgetter, sub
+from operator import gt, itemgetter
 
 import pandas as pd
 
@@ -422,16 +422,18 @@ class BTBAdaptiveRouter(Router):
         free = self._free_at
         if not self.chunked:
             own0 = own[0][0]
-            # backlog + own prefill seconds per replica, by C-level maps: max(f - now, 0.0) is
-            # (f - now if f > now else 0.0) (distinct floats never subtract to 0)
-            wait = map(max, map(sub, free, repeat(now)), repeat(0.0))
-            if reused:
+            if len(reused) > 8:
+                # each replica's own prefill seconds, set by C-level maps (no per-holder loop)
                 per = [own0] * n
                 first = {d: o[0] for d, o in own.items()}
                 any(map(per.__setitem__, reused.keys(), map(first.__getitem__, reused.values())))
-                scores = list(map(add, wait, per))
+                scores = [(f - now) + o if f > now else 0.0 + o for f, o in zip(free, per)]
             else:
-                scores = list(map(add, wait, repeat(own0)))
+                scores = [(f - now) + own0 if f > now else 0.0 + own0 for f in free]
+                for r, d in reused.items():       # the few holders: their own depth
+                    o = own[d][0]
+                    f = free[r]
+                    scores[r] = (f - now) + o if f > now else 0.0 + o
         else:
             dec = self._decoding
             out = self._out

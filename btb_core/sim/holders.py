@@ -29,11 +29,8 @@ disk tier scans every replica (:meth:`btb_core.sim.view.ClusterView.cached_block
 
 from __future__ import annotations
 
-from itertools import compress, repeat
-from operator import not_
-
-#: Holders up to which :meth:`HolderIndex.matched` splits them in a plain loop (past it, by
-#: C-level maps; the same answer, in the same order).
+#: Alive replicas up to which :meth:`HolderIndex.matched` splits them in a plain loop (past it,
+#: by C-level steps where they are cheaper; the same answer, in the same order).
 _FEW = 8
 
 
@@ -159,7 +156,9 @@ class HolderIndex:
             d = hbm.get(starts[0])
             if d:
                 c = lens[0] if lens[0] < n else n
-                if len(d) <= _FEW:
+                if len(d) > _FEW and min(d.values()) >= c:
+                    alive = list(d)              # every holder has the whole piece
+                else:
                     alive = []
                     stop = []
                     for r, h in d.items():
@@ -168,16 +167,8 @@ class HolderIndex:
                         else:
                             out[r] = h
                             stop.append(r)
-                elif min(d.values()) >= c:       # every holder has the whole piece
-                    alive = list(d)
-                    stop = None
-                else:                            # the same, by C-level maps, in d's order
-                    keep = list(map(c.__le__, d.values()))
-                    alive = list(compress(d.keys(), keep))
-                    stop = list(compress(d.keys(), map(not_, keep)))
-                    out.update(zip(stop, compress(d.values(), map(not_, keep))))
-                if stop:
-                    drops.append((0, stop))
+                    if stop:
+                        drops.append((0, stop, None))
                 pos = c
                 k = 1
                 npieces = len(starts)
@@ -185,12 +176,12 @@ class HolderIndex:
                     d = hbm.get(starts[k])
                     if not d:
                         out.update(dict.fromkeys(alive, pos))
-                        drops.append((k, alive))
+                        drops.append((k, alive, None))
                         alive = []
                         break
                     ln = lens[k]
                     c = ln if ln < n - pos else n - pos
-                    if len(alive) <= _FEW:
+                    if len(alive) <= _FEW or len(d) >= len(alive):
                         nxt = []
                         stop = []
                         for r in alive:
@@ -200,19 +191,27 @@ class HolderIndex:
                             else:
                                 out[r] = pos + h
                                 stop.append(r)
-                    else:                        # the same, by C-level maps, in alive's order
-                        hs = list(map(d.get, alive, repeat(0)))
-                        if min(hs) >= c:
-                            nxt = alive
-                            stop = None
-                        else:
-                            keep = list(map(c.__le__, hs))
-                            nxt = list(compress(alive, keep))
-                            stop = list(compress(alive, map(not_, keep)))
-                            out.update(zip(stop, map(pos.__add__,
-                                                     compress(hs, map(not_, keep)))))
-                    if stop:
-                        drops.append((k, stop))
+                        if stop:
+                            drops.append((k, stop, None))
+                    else:
+                        # few holders of this piece among many alive replicas: every alive one
+                        # stops here at pos (entered in alive's order, as the loop above does),
+                        # then the holders are corrected: a partial one to pos + its blocks, a
+                        # whole one taken out again (it continues, entered later). An alive
+                        # replica is one whose entry is pos (earlier stops are below pos).
+                        out.update(dict.fromkeys(alive, pos))
+                        get = out.get
+                        nxt = []
+                        for r, h in d.items():
+                            if get(r) == pos:
+                                if h >= c:
+                                    del out[r]
+                                    nxt.append(r)
+                                else:
+                                    out[r] = pos + h
+                        if len(nxt) > 1:
+                            nxt.sort(key=alive.index)
+                        drops.append((k, alive, set(nxt) if nxt else None))
                     alive = nxt
                     pos += c
                     k += 1
@@ -225,13 +224,13 @@ class HolderIndex:
         # its cache exactly where its DRAM holds some block of the run at that position
         dram = self.dram
         tiers = ("hbm", "dram") if use_hbm else ("dram",)
-        for k, stop in drops:
+        for k, stop, went_on in drops:     # (replicas of stop in went_on did not stop there)
             dr = dram.get(starts[k])
             if dr is not None:
                 if type(dr) is int:
                     dr = (dr,)
-                for r in stop:
-                    if r in dr:
+                for r in (dr if len(dr) < len(stop) else stop):   # (out's order is kept)
+                    if (r in dr and r in stop) and (went_on is None or r not in went_on):
                         out[r] = caches[r].matched_blocks(starts, lens, n, tiers)
         d0 = dram.get(starts[0])
         if d0 is not None:

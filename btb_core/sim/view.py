@@ -13,13 +13,9 @@ sequence, as a fresh tuple or the same object every time, at the same cost.
 
 from __future__ import annotations
 
-from itertools import repeat
-from operator import attrgetter, truediv
 from typing import Sequence
 
 from ..trace.runs import tuple_of_pieces
-
-_used_slots = attrgetter("cache.used_slots")
 
 #: Tiers a block may sit in, fastest first (``ClusterView.cached_blocks``' ``tiers`` argument).
 ALL_TIERS = ("hbm", "dram", "disk")
@@ -136,7 +132,8 @@ class ClusterView:
     def kv_usage_all(self) -> list[float]:
         """:meth:`kv_usage` of every replica, a list indexed by replica (one call, not one per
         replica)."""
-        return list(map(truediv, map(_used_slots, self._replicas), repeat(self._capacity_blocks)))
+        cap = self._capacity_blocks
+        return [rep.cache.used_slots / cap for rep in self._replicas]
 
     def active_blocks(self, replica: int) -> int:
         """KV blocks (of ``block_tokens`` tokens) held in HBM by requests running on ``replica``;
