@@ -159,18 +159,23 @@ def test_least_score_choice_equals_the_plain_rule(values, seed):
 
 @pytest.mark.parametrize("scheduler", ["prefill_first", "chunked"])
 def test_one_view_query_per_arrival_equals_asking_again(scheduler, monkeypatch):
-    """Reusing the arrival's view query for the warm-set check and the scores gives the same
-    replay (requests, transfers, ledger) as asking the view at each of them."""
+    """Reusing the arrival's view query (and pending-book walk) for the warm-set check and the
+    scores gives the same replay (requests, transfers, ledger) as asking at each of them."""
     trace = bursted_shaped_trace(windows=1).rows(0, 700)
     cluster = ClusterConfig.from_setup("70b_h100x4", num_replicas=12, scheduler=scheduler)
     fast_router = BTBAdaptiveRouter()
     fast = simulate(trace, fast_router, cluster, seed=3)
     orig = BTBAdaptiveRouter._size_warm_set
 
-    def asking_again(self, act, request=None, cached=None):
-        orig(self, act, request, None)
+    def asking_again(self, act, request=None, cached=None, pend=None):
+        orig(self, act, request, None, None)
         self._acted = True             # route then asks the view again for the scores
     monkeypatch.setattr(BTBAdaptiveRouter, "_size_warm_set", asking_again)
+    orig_scores = BTBAdaptiveRouter._scores
+
+    def walking_again(self, request, runs, cached=None, pend=None):
+        return orig_scores(self, request, runs, cached, None)
+    monkeypatch.setattr(BTBAdaptiveRouter, "_scores", walking_again)
     slow_router = BTBAdaptiveRouter()
     slow = simulate(trace, slow_router, cluster, seed=3)
     assert fast.requests.equals(slow.requests)

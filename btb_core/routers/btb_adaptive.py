@@ -64,7 +64,7 @@ from operator import gt, itemgetter
 import pandas as pd
 
 from ..errors import ConfigError
-from .base import Router, cached_blocks_all, kv_usage_all
+from .base import Router, cached_blocks_all, kv_usage_all, kv_usage_max
 from .params import RouterParam, check_range
 from .pending_runs import PendingRuns, request_runs, truncate_runs
 
@@ -326,14 +326,16 @@ class BTBAdaptiveRouter(Router):
             return both(ids)
         return cached_blocks_all(v, ids, ("hbm",)), cached_blocks_all(v, ids, ("hbm", "dram"))
 
-    def _matches(self, request, runs, limit, cached=None):
+    def _matches(self, request, runs, limit, cached=None, pend=None):
         """(HBM, HBM+DRAM, pending) matches of ``request.hash_ids`` (runs ``runs``) per replica
         (dicts; absent = 0). ``cached``: :meth:`_cached` of the request taken earlier in this
         arrival with no copy, pin or hold started since (the view's answer is the same)."""
         if limit <= 0:
             return {}, {}, {}
         hbm, hbm_dram = cached if cached is not None else self._cached(request)
-        return hbm, hbm_dram, self._pend.depths(runs[0], runs[1], limit)
+        if pend is None:
+            pend = self._pend.depths(runs[0], runs[1], limit)
+        return hbm, hbm_dram, pend
 
     def _own(self, depth: int, isl: int):
         """``(prefill seconds of the tokens after ``depth`` reused blocks before the decode share,
@@ -358,7 +360,7 @@ class BTBAdaptiveRouter(Router):
         self._own_cache[key] = got
         return got
 
-    def _scores(self, request, runs, cached=None):
+    def _scores(self, request, runs, cached=None, pend=None):
         """Every replica's score, without building every replica's :meth:`predict` tuple:
         ``(scores, reused, special, own, now, isl)`` (:meth:`_entry` turns it into one replica's
         tuple; ``own`` maps a reuse depth to :meth:`_own`).
@@ -377,11 +379,13 @@ class BTBAdaptiveRouter(Router):
         limit = min((isl - 1) // self.bt, request.full_blocks, len(ids))
         now = v.now_s
         n = v.num_replicas
-        usage = kv_usage_all(v)
+        full = self.kv_full_fraction
+        # every replica's KV usage only when one is at the threshold (else each special one's)
+        usage = kv_usage_all(v) if kv_usage_max(v) >= full else None
         special = {}
         reused = {}
         if limit > 0:
-            hbm, hbm_dram, pend = self._matches(request, runs, limit, cached)
+            hbm, hbm_dram, pend = self._matches(request, runs, limit, cached, pend)
             if self._inc_any:
                 nids = len(ids)
                 incoming = self._incoming
@@ -414,7 +418,8 @@ class BTBAdaptiveRouter(Router):
                     reused[r] = p
             for r in special:
                 special[r] = self._predict_one(r, ids, isl, limit, now, hbm.get(r, 0),
-                                               hbm_dram.get(r, 0), pend.get(r, 0), usage[r])
+                                               hbm_dram.get(r, 0), pend.get(r, 0),
+                                               usage[r] if usage is not None else v.kv_usage(r))
         own = {0: self._own(0, isl)}
         for d in set(reused.values()):
             if d not in own:
@@ -422,11 +427,20 @@ class BTBAdaptiveRouter(Router):
         free = self._free_at
         if not self.chunked:
             own0 = own[0][0]
-            if len(reused) > 8:
+            if len(reused) == n and len(own) == 2:
+                # every replica reuses the same depth (a system prompt they all cache)
+                o = own[next(iter(reused.values()))][0]
+                scores = [(f - now) + o if f > now else 0.0 + o for f in free]
+            elif len(reused) > 8:
                 # each replica's own prefill seconds, set by C-level maps (no per-holder loop)
                 per = [own0] * n
-                first = {d: o[0] for d, o in own.items()}
-                any(map(per.__setitem__, reused.keys(), map(first.__getitem__, reused.values())))
+                if len(own) == 2:
+                    any(map(per.__setitem__, reused.keys(),
+                            repeat(own[next(iter(reused.values()))][0])))
+                else:
+                    first = {d: o[0] for d, o in own.items()}
+                    any(map(per.__setitem__, reused.keys(),
+                            map(first.__getitem__, reused.values())))
                 scores = [(f - now) + o if f > now else 0.0 + o for f, o in zip(free, per)]
             else:
                 scores = [(f - now) + own0 if f > now else 0.0 + own0 for f in free]
@@ -449,8 +463,7 @@ class BTBAdaptiveRouter(Router):
                     if share > 0:
                         s += o * share
                 scores[r] = s
-        full = self.kv_full_fraction
-        if max(usage) >= full:
+        if usage is not None:
             for r in range(n):
                 if usage[r] >= full:
                     scores[r] += 1e6
@@ -475,7 +488,8 @@ class BTBAdaptiveRouter(Router):
         """One replica's :meth:`predict` tuple, given its HBM match ``m``, HBM+DRAM match
         ``md`` and pending depth ``p`` (uncapped)."""
         bt = self.bt
-        wait = self.backlog_s(r)
+        f = self._free_at[r]
+        wait = f - now if f > now else 0.0       # backlog_s(r)
         m = min(m, limit)
         extra = 0.0
         if m < limit:
@@ -494,13 +508,15 @@ class BTBAdaptiveRouter(Router):
             if n > m:
                 m, extra, kind, ready = n, 0.0, "landing", land_s
                 wait = max(wait, land_s - now)
-        own = self.service_s(isl - m * bt, m * bt, r)
+        # service_s(isl - m x bt, m x bt, r), the cost model's part kept per depth (_own)
+        o0, og, cap = self._own(m, isl)
+        own = o0 + og * self._decoding[r] if self.chunked else o0
         t = wait + extra + own
         score = t
         if self.chunked and self._out[r]:
             # chunked prefill admits queued requests into one iteration: joining it delays
             # the requests already waiting there by our own compute
-            share = min(len(self._out[r]) - 1, self.chunk_tokens // max(1, isl - m * bt))
+            share = min(len(self._out[r]) - 1, cap)
             if share > 0:
                 score += own * share
         if usage >= self.kv_full_fraction:
@@ -522,14 +538,9 @@ class BTBAdaptiveRouter(Router):
             n = len(srt)
             if n == 1 or srt[1] - lo > tol:
                 return values.index(lo)
-            a, b = 2, n              # srt[:a] tied; srt[b:] not
-            while a < b:
-                mid = (a + b) // 2
-                if srt[mid] - lo <= tol:
-                    a = mid + 1
-                else:
-                    b = mid
-            if srt[a - 1] == lo:     # every tied replica scores exactly lo: the j-th of them
+            a = values.count(lo)     # exact minima: srt[:a]
+            if a == n or srt[a] - lo > tol:
+                # every tied replica scores exactly lo: the j-th of them
                 j = int(self.view.rng.integers(a))
                 if j < 4:
                     i = values.index(lo)
@@ -703,10 +714,11 @@ class BTBAdaptiveRouter(Router):
             node = act.node = self._node_of(node, act.node_key)
         return self._rate(node)
 
-    def _holders(self, act, cached=None) -> tuple[list[int], list[int]]:
+    def _holders(self, act, cached=None, pend=None) -> tuple[list[int], list[int]]:
         """Replicas with the prefix complete (HBM or DRAM), and those with it pending or landing.
         ``cached``: the view's :meth:`_cached` of a request's ids that start with the prefix
-        (a replica holds the whole prefix exactly when it matches at least its depth there)."""
+        (a replica holds the whole prefix exactly when it matches at least its depth there);
+        ``pend``: the pending book's depths of such ids, up to at least the prefix's depth."""
         ids, n = act.ids, act.depth
         if cached is not None:
             held = cached[1]
@@ -718,16 +730,26 @@ class BTBAdaptiveRouter(Router):
         if held and min(held.values()) >= n:
             complete = sorted(held)     # every holder has it all (C-level)
         else:
-            complete = sorted(r for r, m in held.items() if m >= n)
+            complete = sorted([r for r, m in held.items() if m >= n])
         done = set(complete)
-        coming = {r for r, k in self._pend.depths(act.runs[0], act.runs[1], n).items()
-                  if k >= n and r not in done}
-        coming.update(r for r in self._inc_any
-                      if r not in done and self._landing(r, ids)[0] >= n)
-        coming.update(r for r in act.pipes if r not in done)
+        if pend is None:
+            pend = self._pend.depths(act.runs[0], act.runs[1], n)
+        coming = {r for r, k in pend.items() if k >= n and r not in done}
+        if self._inc_any:
+            # a copy of the whole prefix landing there (_landing(r, ids)[0] >= n)
+            key = ids[n - 1]
+            incoming = self._incoming
+            for r in self._inc_any:
+                if r not in done:
+                    for cids, _land, _tid in incoming[r]:
+                        if len(cids) == n and cids[-1] == key:
+                            coming.add(r)
+                            break
+        if act.pipes:
+            coming.update(r for r in act.pipes if r not in done)
         return complete, sorted(coming)
 
-    def _size_warm_set(self, act, request=None, cached=None) -> None:
+    def _size_warm_set(self, act, request=None, cached=None, pend=None) -> None:
         v = self.view
         n_blocks = act.depth
         if request is not None:
@@ -742,7 +764,7 @@ class BTBAdaptiveRouter(Router):
         # start of a burst: while no replica holds the prefix complete, the requests that arrive
         # wait for the first prefill and are then served in one batch; split over k replicas each
         # costs a copy time more, so k = queued x service / copy time (at most queued + 1)
-        complete, coming = self._holders(act, cached)
+        complete, coming = self._holders(act, cached, pend)
         k_backlog = 1
         if not complete and act.queued:
             copy_s = self.cost.load_s("rdma", n_blocks * self.bt)
@@ -915,7 +937,7 @@ class BTBAdaptiveRouter(Router):
         found = self._observe(request)
         if self._active:
             self._release_idle()
-        cached = None
+        cached = pend = None
         if found is not None:
             depth, node, node_key = found
             key = request.hash_ids[depth - 1]
@@ -931,11 +953,17 @@ class BTBAdaptiveRouter(Router):
             # one view query serves the warm-set check and the scores below, unless this
             # arrival started a copy, pin or hold in between
             cached = self._cached(request)
+            # one walk of the pending book serves the warm-set check and the scores when the
+            # prefix is no deeper than the scores' limit (the book does not change in between)
+            ids = request.hash_ids
+            limit = min((int(request.input_length) - 1) // self.bt, request.full_blocks, len(ids))
+            if act.depth <= limit:
+                pend = self._pend.depths(runs[0], runs[1], limit)
             self._acted = False
-            self._size_warm_set(act, request, cached)
+            self._size_warm_set(act, request, cached, pend)
             if self._acted:
                 cached = None
-        pred = self._scores(request, runs, cached)
+        pred = self._scores(request, runs, cached, pend)
         r = self._argmin(pred[0])
         _score, t, kind, m, ready = self._entry(r, pred)
         # book it

@@ -225,6 +225,9 @@ class LaggedView(ClusterView):
     def kv_usage_all(self) -> list[float]:
         return list(self._snap[1]) if self._snap else super().kv_usage_all()
 
+    def kv_usage_max(self) -> float:
+        return max(self._snap[1]) if self._snap else super().kv_usage_max()
+
     def active_blocks(self, replica: int) -> int:
         return self._snap[2][replica] if self._snap else super().active_blocks(replica)
 

@@ -135,6 +135,11 @@ class ClusterView:
         cap = self._capacity_blocks
         return [rep.cache.used_slots / cap for rep in self._replicas]
 
+    def kv_usage_max(self) -> float:
+        """``max(kv_usage_all())`` without building the list of fractions (the largest count of
+        blocks in use over the budget: the same float, division being monotone)."""
+        return max([rep.cache.used_slots for rep in self._replicas]) / self._capacity_blocks
+
     def active_blocks(self, replica: int) -> int:
         """KV blocks (of ``block_tokens`` tokens) held in HBM by requests running on ``replica``;
         the numerator of :meth:`kv_usage`."""
