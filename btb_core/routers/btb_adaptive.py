@@ -59,7 +59,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from itertools import compress, repeat
-from operator import gt, itemgetter
+from operator import itemgetter
 
 import pandas as pd
 
@@ -399,18 +399,16 @@ class BTBAdaptiveRouter(Router):
                             break
             # every holder reuses max(min(HBM, limit), pending), but a replica whose DRAM holds
             # more than its HBM (capped at limit) takes the per-replica rule (load or
-            # recompute); a special replica's entry here is never read (the per-holder work is
-            # C-level maps: the holder index names about every replica when they share a
-            # system prompt)
+            # recompute); a special replica's entry here is never read (one comprehension per
+            # pass: the holder index names about every replica when they share a system prompt)
             if hbm and max(hbm.values()) > limit:
-                reused = dict(zip(hbm.keys(), map(min, hbm.values(), repeat(limit))))
+                reused = {r: (m if m < limit else limit) for r, m in hbm.items()}
             else:
                 reused = hbm.copy()
             if hbm_dram != hbm:
-                keys = hbm_dram.keys()
                 capped = reused.get
-                more = list(compress(keys, map(gt, map(min, hbm_dram.values(), repeat(limit)),
-                                               map(capped, keys, repeat(0)))))
+                more = [r for r, md in hbm_dram.items()
+                        if (md if md < limit else limit) > capped(r, 0)]
                 if more:
                     special.update(dict.fromkeys(more))
             for r, p in pend.items():
