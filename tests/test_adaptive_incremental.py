@@ -2,7 +2,8 @@
 
 - The detection index: every grid node keeps its arrival times and its last X arrivals, and every
   arrival walks the grid of an arrival ``rate_window_s`` old again to delete the nodes it touched
-  that have been idle since.
+  that have been idle since (the router keeps chains of grid nodes with one history, split where
+  paths part, and follows a detected node through later splits).
 - The least-score choice: every replica within the tolerance of the minimum, ascending, and one
   draw from the run's generator when there are several.
 - One view query per arrival for the warm-set check and the scores: asking the view at each.
@@ -103,6 +104,7 @@ def test_detection_equals_the_node_by_node_index(arrivals, x, z, w, min_copy):
     clock = SimpleNamespace(now_s=0.0)
     ref = ReferenceDetector(x, z, w, min_copy)
     fast = fast_detector(x, z, w, min_copy, clock)
+    detected = []       # (reference node, the router's (chain, key) handle), as an _Active keeps
     now = 0.0
     for (_, dt, cut), ids in zip(arrivals, paths):
         now += dt / 4
@@ -115,15 +117,25 @@ def test_detection_equals_the_node_by_node_index(arrivals, x, z, w, min_copy):
         if want is not None:
             assert want[0] == got[0]
             assert ref.rate(want[1], now) == fast._rate(got[1])
+            assert got[2] in got[1].keys
+            detected.append((want[1], [got[1], got[2]]))
         # live: not idle for rate_window_s at the last expiry (an arrival without a complete
         # block expires nothing, in both)
         live = {k: n for k, n in fast._nodes.items()
                 if not fast._expired_s - n.hist[-1][0] > w}
         assert set(live) == set(ref.nodes)
         for k, node in ref.nodes.items():
+            assert k in live[k].keys
+            assert all(fast._nodes[j] is live[k] for j in live[k].keys)
             assert live[k].first_s == node.first_s
             assert fast._rate(live[k]) == ref.rate(node, now)
             assert [t for t, _ in list(live[k].hist)[-x:]] == [t for t, _ in node.recent]
+        # a detected node, followed through later splits, has the reference node's history
+        # (frozen once it died, as the reference's object is)
+        for ref_node, handle in detected:
+            handle[0] = fast._node_of(handle[0], handle[1])
+            assert fast._rate(handle[0]) == ref.rate(ref_node, now)
+            assert [t for t, _ in list(handle[0])[-x:]] == [t for t, _ in ref_node.recent]
 
 
 @settings(max_examples=500, deadline=None)
@@ -147,18 +159,23 @@ def test_least_score_choice_equals_the_plain_rule(values, seed):
 
 @pytest.mark.parametrize("scheduler", ["prefill_first", "chunked"])
 def test_one_view_query_per_arrival_equals_asking_again(scheduler, monkeypatch):
-    """Reusing the arrival's view query for the warm-set check and the scores gives the same
-    replay (requests, transfers, ledger) as asking the view at each of them."""
+    """Reusing the arrival's view query (and pending-book walk) for the warm-set check and the
+    scores gives the same replay (requests, transfers, ledger) as asking at each of them."""
     trace = bursted_shaped_trace(windows=1).rows(0, 700)
     cluster = ClusterConfig.from_setup("70b_h100x4", num_replicas=12, scheduler=scheduler)
     fast_router = BTBAdaptiveRouter()
     fast = simulate(trace, fast_router, cluster, seed=3)
     orig = BTBAdaptiveRouter._size_warm_set
 
-    def asking_again(self, act, request=None, cached=None):
-        orig(self, act, request, None)
+    def asking_again(self, act, request=None, cached=None, pend=None):
+        orig(self, act, request, None, None)
         self._acted = True             # route then asks the view again for the scores
     monkeypatch.setattr(BTBAdaptiveRouter, "_size_warm_set", asking_again)
+    orig_scores = BTBAdaptiveRouter._scores
+
+    def walking_again(self, request, runs, cached=None, pend=None):
+        return orig_scores(self, request, runs, cached, None)
+    monkeypatch.setattr(BTBAdaptiveRouter, "_scores", walking_again)
     slow_router = BTBAdaptiveRouter()
     slow = simulate(trace, slow_router, cluster, seed=3)
     assert fast.requests.equals(slow.requests)

@@ -23,6 +23,7 @@ from btb_core.routers.llm_d import LlmDRouter
 from btb_core.routers.prefix_tree import ApproxPrefixIndex
 from btb_core.sim import ClusterConfig, simulate
 from btb_core.sim.cluster import ClusterEvent
+from btb_core.sim import holders
 from btb_core.sim.view import ClusterView
 from btb_core.trace.runs import tuple_of_pieces
 from strategies import family_traces
@@ -207,3 +208,49 @@ def test_replay_with_the_index_equals_replay_with_the_scan(policy, params, monke
     slow = simulate(trace, make_router(policy, **kw), cluster, seed=3)
     assert fast.requests.equals(slow.requests)
     assert fast.transfers.equals(slow.transfers)
+
+
+class MapsOrderRouter(CheckingRouter):
+    """Asks the holder index each question twice, splitting holders in a plain loop and by
+    C-level maps (``holders._FEW``), and checks the answers agree in value *and order*; then
+    routes as :class:`CheckingRouter` (which checks them against the per-replica scan)."""
+
+    def route(self, request):
+        v = self.view
+        index = v._sim.holder_index
+        starts, lens = v.request_pieces(request)
+        for cut in {len(request.hash_ids), max(1, len(request.hash_ids) // 2), 1}:
+            for use in ((True, False), (False, True), (True, True)):
+                holders._FEW = 1 << 30
+                loop = index.matched(v._caches, starts, lens, cut, *use, use[0] and use[1])
+                holders._FEW = 0
+                maps = index.matched(v._caches, starts, lens, cut, *use, use[0] and use[1])
+                pairs = zip(loop, maps) if isinstance(loop, tuple) else [(loop, maps)]
+                for a, b in pairs:
+                    assert list(a.items()) == list(b.items())
+                    self.checked_order += 1
+        return super().route(request)
+
+    def reset(self, view):
+        super().reset(view)
+        self.checked_order = 0
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=traces(), replicas=st.integers(9, 16), hbm_blocks=st.integers(20, 60),
+       dram_blocks=st.integers(0, 30), seed=st.integers(0, 3))
+def test_holder_split_by_maps_equals_the_plain_loop(trace, replicas, hbm_blocks, dram_blocks,
+                                                    seed):
+    """Many holders (the C-level path of ``HolderIndex.matched``): same answers, same order."""
+    kvb = COST.kv_bytes_per_token * BT
+    cluster = ClusterConfig(cost=COST, num_replicas=replicas, scheduler="prefill_first",
+                            chunk_tokens=256, hbm_kv_capacity_bytes=hbm_blocks * kvb,
+                            dram_capacity_bytes=dram_blocks * kvb)
+    router = MapsOrderRouter()
+    few = holders._FEW
+    try:
+        holders._FEW = 0
+        simulate(trace, router, cluster, seed=seed)
+    finally:
+        holders._FEW = few
+    assert router.checked_order >= len(trace) * 3

@@ -62,6 +62,14 @@ def kv_usage_all(view) -> list[float]:
     return [view.kv_usage(r) for r in range(view.num_replicas)]
 
 
+def kv_usage_max(view) -> float:
+    """``max(kv_usage_all(view))``, in one call when the view has ``kv_usage_max``."""
+    f = getattr(view, "kv_usage_max", None)
+    if f is not None:
+        return f()
+    return max(kv_usage_all(view))
+
+
 class Router:
     """Base class: subclasses implement :meth:`route`; hooks default to no-ops.
 

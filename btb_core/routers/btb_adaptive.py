@@ -58,12 +58,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from itertools import compress, repeat
 from operator import itemgetter
 
 import pandas as pd
 
 from ..errors import ConfigError
-from .base import Router, cached_blocks_all, kv_usage_all
+from .base import Router, cached_blocks_all, kv_usage_all, kv_usage_max
 from .params import RouterParam, check_range
 from .pending_runs import PendingRuns, request_runs, truncate_runs
 
@@ -103,13 +104,17 @@ def common_prefix(a, b, lo: int = 0) -> int:
 
 
 class _Node(deque):
-    """A grid node of the detection index: a deque of the arrivals that touched it, as
-    ``(time, hash_ids)`` (one tuple per arrival, shared by every node it touches), oldest first,
-    and ``first_s``, its creation time. Kept: every arrival within ``rate_window_s`` of the last
-    one (the rate estimate) and at least the last X (the detection test), so the front may hold up
-    to X older ones."""
+    """A chain of consecutive grid nodes of the detection index that have had the same arrivals
+    since they were created together (a radix-tree edge of grid nodes): a deque of those
+    arrivals, as ``(time, hash_ids)`` (one tuple per arrival, shared by every node it touches),
+    oldest first; ``first_s``, the nodes' creation time; ``keys``, the nodes' ids (grid ids of one
+    path, shallowest first); ``next``, the node that took over the tail of ``keys`` when this one
+    was split (see :meth:`BTBAdaptiveRouter._node_of`). Every grid node in ``keys`` has this
+    history, so an arrival walks the chains of its path, not its grid nodes one by one. Kept:
+    every arrival within ``rate_window_s`` of the last one (the rate estimate) and at least the
+    last X (the detection test), so the front may hold up to X older ones."""
 
-    __slots__ = ("first_s",)
+    __slots__ = ("first_s", "keys", "next")
 
     @property
     def hist(self) -> "_Node":
@@ -119,21 +124,25 @@ class _Node(deque):
 class _Active:
     """An active prefix: its ids, demand and warm set."""
 
-    __slots__ = ("key", "ids", "runs", "depth", "node", "last_s", "target", "pins", "pipes",
-                 "queued", "own_tokens")
+    __slots__ = ("key", "ids", "runs", "pieces", "depth", "node", "node_key", "last_s", "target",
+                 "pins", "pipes", "queued", "own_tokens", "svc_tokens", "svc")
 
-    def __init__(self, key, ids, runs, node, now):
+    def __init__(self, key, ids, runs, pieces, node, node_key, now):
         self.key = key
         self.ids = ids
         self.runs = runs         # (starts, lens) of ids
+        self.pieces = pieces     # the view's pieces of a path that starts with ids, or None
         self.depth = len(ids)
-        self.node = node
+        self.node = node         # the chain that held grid node node_key when it was detected
+        self.node_key = node_key
         self.last_s = now
         self.target = 1
         self.pins: dict = {}     # replica -> blocks pinned
         self.pipes: dict = {}    # dst replica -> blocks sent so far by pipelined copies
         self.queued = 0          # requests of the prefix routed and not yet past prefill
         self.own_tokens = 1      # the last request's tokens after the prefix
+        self.svc_tokens = 0      # own_tokens of svc, the predicted prefill of them
+        self.svc = 0.0
 
 
 class BTBAdaptiveRouter(Router):
@@ -231,6 +240,11 @@ class BTBAdaptiveRouter(Router):
         self._tid: dict = {}                          # transfer id -> (key, dst, ids, row)
         self._req: dict = {}                          # request index -> (row, replica, ids, full)
         self._grid_cache: dict = {}
+        self._own_cache: dict = {}                   # (depth, input tokens) -> _own(depth, isl)
+        self._idle_bound = math.inf                  # <= every active prefix's last_s
+        # the view answers matches from a request's pieces (ClusterView, LaggedView)
+        self._by_pieces = all(hasattr(view, f) for f in (
+            "request_pieces", "cached_blocks_hbm_dram_pieces", "cached_blocks_all_pieces"))
         self._acted = False                          # a copy, pin or hold started (see route)
         #: Decision ledger: one dict per copy made / skipped, warm-set change and pin.
         self.ledger: list[dict] = []
@@ -297,37 +311,56 @@ class BTBAdaptiveRouter(Router):
         pred = self._scores(request, request_runs(request))
         return [self._entry(r, pred) for r in range(self.view.num_replicas)]
 
-    def _cached(self, ids):
-        """(HBM, HBM+DRAM) matches of ``ids`` per replica from the view (dicts; absent = 0)."""
+    def _cached(self, request):
+        """(HBM, HBM+DRAM) matches of ``request.hash_ids`` per replica from the view (dicts;
+        absent = 0): from the request's pieces when the view hands them over (no id tuple to
+        look up), else from its ids."""
         v = self.view
+        ids = request.hash_ids
+        if self._by_pieces:
+            pieces = v.request_pieces(request)
+            if pieces is not None:
+                return v.cached_blocks_hbm_dram_pieces(pieces[0], pieces[1], len(ids))
         both = getattr(v, "cached_blocks_hbm_dram", None)
         if both is not None:
             return both(ids)
         return cached_blocks_all(v, ids, ("hbm",)), cached_blocks_all(v, ids, ("hbm", "dram"))
 
-    def _matches(self, ids, runs, limit, cached=None):
-        """(HBM, HBM+DRAM, pending) matches of ``ids`` (runs ``runs``) per replica (dicts;
-        absent = 0). ``cached``: :meth:`_cached` of ``ids`` taken earlier in this arrival with
-        no copy, pin or hold started since (the view's answer is the same)."""
+    def _matches(self, request, runs, limit, cached=None, pend=None):
+        """(HBM, HBM+DRAM, pending) matches of ``request.hash_ids`` (runs ``runs``) per replica
+        (dicts; absent = 0). ``cached``: :meth:`_cached` of the request taken earlier in this
+        arrival with no copy, pin or hold started since (the view's answer is the same)."""
         if limit <= 0:
             return {}, {}, {}
-        hbm, hbm_dram = cached if cached is not None else self._cached(ids)
-        return hbm, hbm_dram, self._pend.depths(runs[0], runs[1], limit)
+        hbm, hbm_dram = cached if cached is not None else self._cached(request)
+        if pend is None:
+            pend = self._pend.depths(runs[0], runs[1], limit)
+        return hbm, hbm_dram, pend
 
     def _own(self, depth: int, isl: int):
         """``(prefill seconds of the tokens after ``depth`` reused blocks before the decode share,
         decode share per decoding request, chunk share cap)``: the per-depth part of
         :meth:`service_s` (the decode share is ``iters x decode_g``, times the replica's decoding
-        requests), asked once per distinct depth."""
+        requests), asked once per distinct depth and kept for the next request of the same
+        length (the cost model is fixed for a run)."""
+        key = (depth, isl)
+        got = self._own_cache.get(key)
+        if got is not None:
+            return got
         new = isl - depth * self.bt
         t0 = self.cost.prefill_s(new, depth * self.bt) * self.prefill_error
         if not self.chunked:
-            return t0, 0.0, 0
-        iters = max(1, -(-new // self.chunk_tokens))
-        t0 = max(t0, iters * self._decode_a)
-        return t0, iters * self._decode_g, self.chunk_tokens // max(1, new)
+            got = (t0, 0.0, 0)
+        else:
+            iters = max(1, -(-new // self.chunk_tokens))
+            t0 = max(t0, iters * self._decode_a)
+            got = (t0, iters * self._decode_g, self.chunk_tokens // max(1, new))
+        if len(self._own_cache) >= 8192:
+            self._own_cache.clear()
+        self._own_cache[key] = got
+        return got
 
-    def _scores(self, request, runs, cached=None):
+    def _scores(self, request, runs, cached=None, pend=None):
         """Every replica's score, without building every replica's :meth:`predict` tuple:
         ``(scores, reused, special, own, now, isl)`` (:meth:`_entry` turns it into one replica's
         tuple; ``own`` maps a reuse depth to :meth:`_own`).
@@ -346,61 +379,73 @@ class BTBAdaptiveRouter(Router):
         limit = min((isl - 1) // self.bt, request.full_blocks, len(ids))
         now = v.now_s
         n = v.num_replicas
-        usage = kv_usage_all(v)
+        full = self.kv_full_fraction
+        # every replica's KV usage only when one is at the threshold (else each special one's)
+        usage = kv_usage_all(v) if kv_usage_max(v) >= full else None
         special = {}
         reused = {}
         if limit > 0:
-            hbm, hbm_dram, pend = self._matches(ids, runs, limit, cached)
-            for r in self._inc_any:
-                # a copy landing there that is a prefix of ids: the per-replica rule (without
-                # one, _predict_one gives what the common rule below gives)
-                if self._landing(r, ids)[0]:
-                    special[r] = None
-            if hbm_dram == hbm:
-                # no DRAM part anywhere (one C-level comparison): every holder reuses
-                # max(min(HBM, limit), pending); a special replica's entry is overridden
-                if hbm and max(hbm.values()) > limit:
-                    reused = {r: (m if m < limit else limit) for r, m in hbm.items()}
-                else:
-                    reused = hbm.copy()
-                for r, p in pend.items():
-                    if p > reused.get(r, 0):
-                        reused[r] = p
+            hbm, hbm_dram, pend = self._matches(request, runs, limit, cached, pend)
+            if self._inc_any:
+                nids = len(ids)
+                incoming = self._incoming
+                for r in self._inc_any:
+                    # a copy landing there that is a prefix of ids: the per-replica rule
+                    # (without one, _predict_one gives what the common rule below gives)
+                    for cids, _land, _tid in incoming[r]:
+                        k = len(cids)
+                        if k <= nids and ids[k - 1] == cids[-1]:
+                            special[r] = None
+                            break
+            # every holder reuses max(min(HBM, limit), pending), but a replica whose DRAM holds
+            # more than its HBM (capped at limit) takes the per-replica rule (load or
+            # recompute); a special replica's entry here is never read (one comprehension per
+            # pass: the holder index names about every replica when they share a system prompt)
+            if hbm and max(hbm.values()) > limit:
+                reused = {r: (m if m < limit else limit) for r, m in hbm.items()}
             else:
-                for r, md in hbm_dram.items():
-                    if r in special:
-                        continue
-                    m = hbm.get(r, 0)
-                    if m > limit:
-                        m = limit
-                    if (md if md < limit else limit) > m:
-                        special[r] = None       # DRAM holds more: load or recompute, per replica
-                        continue
-                    p = pend.get(r, 0)
-                    d = p if p > m else m
-                    if d:
-                        reused[r] = d
-                for r, p in pend.items():
-                    if r not in special and r not in hbm_dram:
-                        reused[r] = p
+                reused = hbm.copy()
+            if hbm_dram != hbm:
+                capped = reused.get
+                more = [r for r, md in hbm_dram.items()
+                        if (md if md < limit else limit) > capped(r, 0)]
+                if more:
+                    special.update(dict.fromkeys(more))
+            for r, p in pend.items():
+                if p > reused.get(r, 0):
+                    reused[r] = p
             for r in special:
                 special[r] = self._predict_one(r, ids, isl, limit, now, hbm.get(r, 0),
-                                               hbm_dram.get(r, 0), pend.get(r, 0), usage[r])
+                                               hbm_dram.get(r, 0), pend.get(r, 0),
+                                               usage[r] if usage is not None else v.kv_usage(r))
         own = {0: self._own(0, isl)}
-        for d in reused.values():
+        for d in set(reused.values()):
             if d not in own:
                 own[d] = self._own(d, isl)
         free = self._free_at
         if not self.chunked:
             own0 = own[0][0]
-            if reused:
+            if len(reused) == n and len(own) == 2:
+                # every replica reuses the same depth (a system prompt they all cache)
+                o = own[next(iter(reused.values()))][0]
+                scores = [(f - now) + o if f > now else 0.0 + o for f in free]
+            elif len(reused) > 8:
                 # each replica's own prefill seconds, set by C-level maps (no per-holder loop)
                 per = [own0] * n
-                first = {d: o[0] for d, o in own.items()}
-                any(map(per.__setitem__, reused.keys(), map(first.__getitem__, reused.values())))
+                if len(own) == 2:
+                    any(map(per.__setitem__, reused.keys(),
+                            repeat(own[next(iter(reused.values()))][0])))
+                else:
+                    first = {d: o[0] for d, o in own.items()}
+                    any(map(per.__setitem__, reused.keys(),
+                            map(first.__getitem__, reused.values())))
                 scores = [(f - now) + o if f > now else 0.0 + o for f, o in zip(free, per)]
             else:
                 scores = [(f - now) + own0 if f > now else 0.0 + own0 for f in free]
+                for r, d in reused.items():       # the few holders: their own depth
+                    o = own[d][0]
+                    f = free[r]
+                    scores[r] = (f - now) + o if f > now else 0.0 + o
         else:
             dec = self._decoding
             out = self._out
@@ -416,8 +461,7 @@ class BTBAdaptiveRouter(Router):
                     if share > 0:
                         s += o * share
                 scores[r] = s
-        full = self.kv_full_fraction
-        if max(usage) >= full:
+        if usage is not None:
             for r in range(n):
                 if usage[r] >= full:
                     scores[r] += 1e6
@@ -442,7 +486,8 @@ class BTBAdaptiveRouter(Router):
         """One replica's :meth:`predict` tuple, given its HBM match ``m``, HBM+DRAM match
         ``md`` and pending depth ``p`` (uncapped)."""
         bt = self.bt
-        wait = self.backlog_s(r)
+        f = self._free_at[r]
+        wait = f - now if f > now else 0.0       # backlog_s(r)
         m = min(m, limit)
         extra = 0.0
         if m < limit:
@@ -461,13 +506,15 @@ class BTBAdaptiveRouter(Router):
             if n > m:
                 m, extra, kind, ready = n, 0.0, "landing", land_s
                 wait = max(wait, land_s - now)
-        own = self.service_s(isl - m * bt, m * bt, r)
+        # service_s(isl - m x bt, m x bt, r), the cost model's part kept per depth (_own)
+        o0, og, cap = self._own(m, isl)
+        own = o0 + og * self._decoding[r] if self.chunked else o0
         t = wait + extra + own
         score = t
         if self.chunked and self._out[r]:
             # chunked prefill admits queued requests into one iteration: joining it delays
             # the requests already waiting there by our own compute
-            share = min(len(self._out[r]) - 1, self.chunk_tokens // max(1, isl - m * bt))
+            share = min(len(self._out[r]) - 1, cap)
             if share > 0:
                 score += own * share
         if usage >= self.kv_full_fraction:
@@ -489,19 +536,16 @@ class BTBAdaptiveRouter(Router):
             n = len(srt)
             if n == 1 or srt[1] - lo > tol:
                 return values.index(lo)
-            a, b = 2, n              # srt[:a] tied; srt[b:] not
-            while a < b:
-                mid = (a + b) // 2
-                if srt[mid] - lo <= tol:
-                    a = mid + 1
-                else:
-                    b = mid
-            if srt[a - 1] == lo:     # every tied replica scores exactly lo: the j-th of them
+            a = values.count(lo)     # exact minima: srt[:a]
+            if a == n or srt[a] - lo > tol:
+                # every tied replica scores exactly lo: the j-th of them
                 j = int(self.view.rng.integers(a))
-                i = values.index(lo)
-                for _ in range(j):
-                    i = values.index(lo, i + 1)
-                return i
+                if j < 4:
+                    i = values.index(lo)
+                    for _ in range(j):
+                        i = values.index(lo, i + 1)
+                    return i
+                return list(compress(range(n), map(lo.__eq__, values)))[j]
             tied = [r for r, x in enumerate(values) if x - lo <= tol]
         if len(tied) == 1:
             return tied[0]
@@ -524,8 +568,9 @@ class BTBAdaptiveRouter(Router):
         return g
 
     def _observe(self, request):
-        """Update the prefix index with ``request``; return ``(depth, node)`` of the deepest
-        prefix X arrivals share within ``z_s`` (depth >= :attr:`min_copy_blocks`), or None.
+        """Update the prefix index with ``request``; return ``(depth, node, key)``: the deepest
+        prefix X arrivals share within ``z_s`` (depth >= :attr:`min_copy_blocks`), the chain
+        holding the grid node where it was detected and that node's id; or None.
 
         Each grid node on the request's path is touched in depth order: the arrival joins its
         history, and the node is *detected* when its X-th last arrival is within ``z_s``; after a
@@ -534,7 +579,14 @@ class BTBAdaptiveRouter(Router):
         arrival at ``now`` exactly the nodes with ``now - last > rate_window_s`` are gone, so a
         node found dead by that test (against the time of the last arrival) is taken as absent and
         replaced, and dead nodes are swept from the dict only when it has grown (not per arrival).
-        """
+
+        Grid nodes are kept in chains (:class:`_Node`) of consecutive nodes with one history, so
+        the walk touches each chain once: every node of a chain gets the same arrival and the same
+        test result. A chain is split where the path leaves it or where the walk stops inside it
+        (the tail keeps the history without this arrival); the nodes past a missing or dead one
+        are missing or dead too (a live node's arrivals all walked its ancestors), so they become
+        one new chain. Same histories, detections and creation times as node by node
+        (tests/test_adaptive_incremental.py)."""
         now = self.view.now_s
         ids = request.hash_ids
         full = min(request.full_blocks, len(ids))
@@ -543,27 +595,65 @@ class BTBAdaptiveRouter(Router):
         nodes = self._nodes
         get = nodes.get
         x, z, w = self.x_repeats, self.z_s + 1e-9, self.rate_window_s
+        x1 = x - 1
         expired = self._expired_s     # time of the last arrival: nodes idle since are gone
         entry = (now, ids)
-        found_d, found = 0, None
-        depths, keys = self._grid_keys(full)
-        for d, key in zip(depths, keys(ids)):
+        found_d, found, found_key = 0, None, None
+        depths, keyget = self._grid_keys(full)
+        keys = keyget(ids)
+        nk = len(keys)
+        i = 0
+        while i < nk:
+            key = keys[i]
             node = get(key)
             if node is None or expired - node[-1][0] > w:
-                node = nodes[key] = _Node()
-                node.first_s = now
-                node.append(entry)
-                if found is not None:
-                    break      # a new node holds one arrival: not detected (X >= 2)
-                continue
+                # missing or dead, and so is every deeper node of the path: one new chain (a
+                # single node after a detection: it holds one arrival, not detected, X >= 2)
+                new = _Node((entry,))
+                new.first_s = now
+                new.next = None
+                if found is not None or i == nk - 1:
+                    new.keys = (key,)
+                    nodes[key] = new
+                else:
+                    new.keys = nk_keys = keys[i:]
+                    nodes.update(dict.fromkeys(nk_keys, new))
+                break
+            ck = node.keys
+            if ck[0] != key:          # (not reached: a live chain is entered at its first node)
+                node = self._split(node, ck.index(key))
+                ck = node.keys
+            cl = len(ck)
+            # path nodes in this chain: chained ids agree at a position exactly when they agree
+            # at every earlier one
+            if keys[i:i + cl] == ck:
+                q = cl
+            else:
+                lo, hi = 1, min(cl, nk - i)
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if keys[i + mid - 1] == ck[mid - 1]:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                q = lo
+            # the test after this arrival joins (trimming keeps the X-th last one)
+            det = len(node) >= x1 and now - node[-x1][0] <= z
+            if not det and found is not None:
+                q = 1                 # the walk stops after this chain's first node
+            if q < cl:
+                self._split(node, q)
             node.append(entry)
             if now - node[0][0] > w:
                 while now - node[0][0] > w and len(node) > x:
                     node.popleft()
-            if len(node) >= x and now - node[-x][0] <= z:
-                found_d, found = d, node
+            if det:
+                i += q
+                found_d, found, found_key = depths[i - 1], node, keys[i - 1]
             elif found is not None:
-                break          # deeper nodes are shared by fewer arrivals
+                break
+            else:
+                i += q
         self._expired_s = now
         if len(nodes) > self._sweep_at:
             self._sweep(now)
@@ -574,7 +664,28 @@ class BTBAdaptiveRouter(Router):
             depth = min(depth, common_prefix(ids, found[k][1], found_d))
         if depth < self.min_copy_blocks:
             return None
-        return depth, found
+        return depth, found, found_key
+
+    def _split(self, node: _Node, m: int) -> _Node:
+        """Cut chain ``node`` after its first ``m`` grid nodes: the rest become a new chain with
+        the same history (a copy), linked from ``node.next``. Returns the new chain."""
+        tail = _Node(node)
+        tail.first_s = node.first_s
+        tail.keys = tk = node.keys[m:]
+        tail.next = node.next
+        node.keys = node.keys[:m]
+        node.next = tail
+        self._nodes.update(dict.fromkeys(tk, tail))
+        return tail
+
+    @staticmethod
+    def _node_of(node: _Node, key) -> _Node:
+        """The chain that holds grid node ``key`` now, from the chain that held it earlier (a
+        split moves a chain's tail to the chains linked by ``next``; a node replaced after it
+        died is a new chain, so the old one keeps the dead node's history, as it stopped)."""
+        while key not in node.keys:
+            node = node.next
+        return node
 
     def _sweep(self, now: float) -> None:
         """Drop the nodes expired at ``now`` (no arrival for ``rate_window_s``)."""
@@ -594,38 +705,64 @@ class BTBAdaptiveRouter(Router):
             k += 1
         return (len(hist) - k) / span
 
-    def _holders(self, act, cached=None) -> tuple[list[int], list[int]]:
+    def _act_rate(self, act) -> float:
+        """:meth:`_rate` of the grid node where ``act`` was detected."""
+        node = act.node
+        if act.node_key not in node.keys:
+            node = act.node = self._node_of(node, act.node_key)
+        return self._rate(node)
+
+    def _holders(self, act, cached=None, pend=None) -> tuple[list[int], list[int]]:
         """Replicas with the prefix complete (HBM or DRAM), and those with it pending or landing.
         ``cached``: the view's :meth:`_cached` of a request's ids that start with the prefix
-        (a replica holds the whole prefix exactly when it matches at least its depth there)."""
+        (a replica holds the whole prefix exactly when it matches at least its depth there);
+        ``pend``: the pending book's depths of such ids, up to at least the prefix's depth."""
         ids, n = act.ids, act.depth
-        held = cached[1] if cached is not None else cached_blocks_all(self.view, ids,
-                                                                       ("hbm", "dram"))
+        if cached is not None:
+            held = cached[1]
+        elif act.pieces is not None:
+            held = self.view.cached_blocks_all_pieces(act.pieces[0], act.pieces[1], n,
+                                                      ("hbm", "dram"))
+        else:
+            held = cached_blocks_all(self.view, ids, ("hbm", "dram"))
         if held and min(held.values()) >= n:
             complete = sorted(held)     # every holder has it all (C-level)
         else:
-            complete = sorted(r for r, m in held.items() if m >= n)
+            complete = sorted([r for r, m in held.items() if m >= n])
         done = set(complete)
-        coming = {r for r, k in self._pend.depths(act.runs[0], act.runs[1], n).items()
-                  if k >= n and r not in done}
-        coming.update(r for r in self._inc_any
-                      if r not in done and self._landing(r, ids)[0] >= n)
-        coming.update(r for r in act.pipes if r not in done)
+        if pend is None:
+            pend = self._pend.depths(act.runs[0], act.runs[1], n)
+        coming = {r for r, k in pend.items() if k >= n and r not in done}
+        if self._inc_any:
+            # a copy of the whole prefix landing there (_landing(r, ids)[0] >= n)
+            key = ids[n - 1]
+            incoming = self._incoming
+            for r in self._inc_any:
+                if r not in done:
+                    for cids, _land, _tid in incoming[r]:
+                        if len(cids) == n and cids[-1] == key:
+                            coming.add(r)
+                            break
+        if act.pipes:
+            coming.update(r for r in act.pipes if r not in done)
         return complete, sorted(coming)
 
-    def _size_warm_set(self, act, request=None, cached=None) -> None:
+    def _size_warm_set(self, act, request=None, cached=None, pend=None) -> None:
         v = self.view
         n_blocks = act.depth
         if request is not None:
             act.own_tokens = max(1, int(request.input_length) - n_blocks * self.bt)
-        service = self.cost.prefill_s(act.own_tokens, n_blocks * self.bt) * self.prefill_error
-        rate = self._rate(act.node)
+        if act.svc_tokens != act.own_tokens:
+            act.svc_tokens = act.own_tokens
+            act.svc = self.cost.prefill_s(act.own_tokens, n_blocks * self.bt) * self.prefill_error
+        service = act.svc
+        rate = self._act_rate(act)
         # steady demand: rate x service per warm replica at most the target utilisation
         k_rate = math.ceil(rate * service / self.target_utilization)
         # start of a burst: while no replica holds the prefix complete, the requests that arrive
         # wait for the first prefill and are then served in one batch; split over k replicas each
         # costs a copy time more, so k = queued x service / copy time (at most queued + 1)
-        complete, coming = self._holders(act, cached)
+        complete, coming = self._holders(act, cached, pend)
         k_backlog = 1
         if not complete and act.queued:
             copy_s = self.cost.load_s("rdma", n_blocks * self.bt)
@@ -682,7 +819,7 @@ class BTBAdaptiveRouter(Router):
         row = len(self.ledger)
         self._tid[tid] = (act.key, dst, ids, row)
         self.ledger.append({"time_s": v.now_s, "event": "copy", "prefix_blocks": len(ids),
-                            "rate_per_s": self._rate(act.node), "service_s": float("nan"),
+                            "rate_per_s": self._act_rate(act), "service_s": float("nan"),
                             "target": act.target, "src": src, "dst": dst,
                             "reason": "pipelined chunk" if first_block or ids is not act.ids
                             else "warm set below demand",
@@ -690,7 +827,7 @@ class BTBAdaptiveRouter(Router):
 
     def _skip(self, act, dst, reason) -> None:
         self.ledger.append({"time_s": self.view.now_s, "event": "skip", "prefix_blocks": act.depth,
-                            "rate_per_s": self._rate(act.node), "service_s": float("nan"),
+                            "rate_per_s": self._act_rate(act), "service_s": float("nan"),
                             "target": act.target, "src": -1, "dst": dst, "reason": reason,
                             "predicted_land_s": float("nan")})
 
@@ -720,7 +857,7 @@ class BTBAdaptiveRouter(Router):
             self._incoming[dst].append((act.ids, ready, ("pipe", act.key)))
             self._inc_any.add(dst)
             self.ledger.append({"time_s": v.now_s, "event": "pipe", "prefix_blocks": act.depth,
-                                "rate_per_s": self._rate(act.node), "service_s": float("nan"),
+                                "rate_per_s": self._act_rate(act), "service_s": float("nan"),
                                 "target": act.target, "src": srcs[0], "dst": dst,
                                 "reason": "first prefill running: copy each completed chunk",
                                 "predicted_land_s": float("nan")})
@@ -773,8 +910,12 @@ class BTBAdaptiveRouter(Router):
 
     def _release_idle(self) -> None:
         now = self.view.now_s
-        for key in [k for k, a in self._active.items() if now - a.last_s > self.rate_window_s]:
+        w = self.rate_window_s
+        if not now - self._idle_bound > w:
+            return            # every last_s >= the bound: none idle (x - y falls as y grows)
+        for key in [k for k, a in self._active.items() if now - a.last_s > w]:
             self._release(self._active.pop(key))
+        self._idle_bound = min((a.last_s for a in self._active.values()), default=math.inf)
 
     def _release(self, act) -> None:
         v = self.view
@@ -794,28 +935,39 @@ class BTBAdaptiveRouter(Router):
         found = self._observe(request)
         if self._active:
             self._release_idle()
-        cached = None
+        cached = pend = None
         if found is not None:
-            depth, node = found
+            depth, node, node_key = found
             key = request.hash_ids[depth - 1]
             act = self._active.get(key)
             if act is None:
+                pieces = v.request_pieces(request) if self._by_pieces else None
                 act = self._active[key] = _Active(key, tuple(request.hash_ids[:depth]),
-                                                  truncate_runs(runs[0], runs[1], depth), node, now)
+                                                  truncate_runs(runs[0], runs[1], depth), pieces,
+                                                  node, node_key, now)
+                if now < self._idle_bound:
+                    self._idle_bound = now
             act.last_s = now
             # one view query serves the warm-set check and the scores below, unless this
             # arrival started a copy, pin or hold in between
-            cached = self._cached(request.hash_ids)
+            cached = self._cached(request)
+            # one walk of the pending book serves the warm-set check and the scores when the
+            # prefix is no deeper than the scores' limit (the book does not change in between)
+            ids = request.hash_ids
+            limit = min((int(request.input_length) - 1) // self.bt, request.full_blocks, len(ids))
+            if act.depth <= limit:
+                pend = self._pend.depths(runs[0], runs[1], limit)
             self._acted = False
-            self._size_warm_set(act, request, cached)
+            self._size_warm_set(act, request, cached, pend)
             if self._acted:
                 cached = None
-        pred = self._scores(request, runs, cached)
+        pred = self._scores(request, runs, cached, pend)
         r = self._argmin(pred[0])
         _score, t, kind, m, ready = self._entry(r, pred)
         # book it
-        bt = self.bt
-        service = self.service_s(int(request.input_length) - m * bt, m * bt, r)
+        # = service_s(isl - m x bt, m x bt, r): the same operations, the cost model asked once
+        o0, og, _cap = self._own(m, pred[5])
+        service = o0 + og * self._decoding[r] if self.chunked else o0
         start = max(now, self._free_at[r], ready)
         self._free_at[r] = start + service
         self._out[r][request.index] = service

@@ -29,6 +29,10 @@ disk tier scans every replica (:meth:`btb_core.sim.view.ClusterView.cached_block
 
 from __future__ import annotations
 
+#: Alive replicas up to which :meth:`HolderIndex.matched` splits them in a plain loop (past it,
+#: by C-level steps where they are cheaper; the same answer, in the same order).
+_FEW = 8
+
 
 class HolderIndex:
     """Block run -> replicas holding it, by tier (see the module docstring).
@@ -152,16 +156,19 @@ class HolderIndex:
             d = hbm.get(starts[0])
             if d:
                 c = lens[0] if lens[0] < n else n
-                alive = []
-                stop = []
-                for r, h in d.items():
-                    if h >= c:
-                        alive.append(r)
-                    else:
-                        out[r] = h
-                        stop.append(r)
-                if stop:
-                    drops.append((0, stop))
+                if len(d) > _FEW and min(d.values()) >= c:
+                    alive = list(d)              # every holder has the whole piece
+                else:
+                    alive = []
+                    stop = []
+                    for r, h in d.items():
+                        if h >= c:
+                            alive.append(r)
+                        else:
+                            out[r] = h
+                            stop.append(r)
+                    if stop:
+                        drops.append((0, stop, None))
                 pos = c
                 k = 1
                 npieces = len(starts)
@@ -169,22 +176,42 @@ class HolderIndex:
                     d = hbm.get(starts[k])
                     if not d:
                         out.update(dict.fromkeys(alive, pos))
-                        drops.append((k, alive))
+                        drops.append((k, alive, None))
                         alive = []
                         break
                     ln = lens[k]
                     c = ln if ln < n - pos else n - pos
-                    nxt = []
-                    stop = []
-                    for r in alive:
-                        h = d.get(r, 0)
-                        if h >= c:
-                            nxt.append(r)
-                        else:
-                            out[r] = pos + h
-                            stop.append(r)
-                    if stop:
-                        drops.append((k, stop))
+                    if len(alive) <= _FEW or len(d) >= len(alive):
+                        nxt = []
+                        stop = []
+                        for r in alive:
+                            h = d.get(r, 0)
+                            if h >= c:
+                                nxt.append(r)
+                            else:
+                                out[r] = pos + h
+                                stop.append(r)
+                        if stop:
+                            drops.append((k, stop, None))
+                    else:
+                        # few holders of this piece among many alive replicas: every alive one
+                        # stops here at pos (entered in alive's order, as the loop above does),
+                        # then the holders are corrected: a partial one to pos + its blocks, a
+                        # whole one taken out again (it continues, entered later). An alive
+                        # replica is one whose entry is pos (earlier stops are below pos).
+                        out.update(dict.fromkeys(alive, pos))
+                        get = out.get
+                        nxt = []
+                        for r, h in d.items():
+                            if get(r) == pos:
+                                if h >= c:
+                                    del out[r]
+                                    nxt.append(r)
+                                else:
+                                    out[r] = pos + h
+                        if len(nxt) > 1:
+                            nxt.sort(key=alive.index)
+                        drops.append((k, alive, set(nxt) if nxt else None))
                     alive = nxt
                     pos += c
                     k += 1
@@ -197,13 +224,13 @@ class HolderIndex:
         # its cache exactly where its DRAM holds some block of the run at that position
         dram = self.dram
         tiers = ("hbm", "dram") if use_hbm else ("dram",)
-        for k, stop in drops:
+        for k, stop, went_on in drops:     # (replicas of stop in went_on did not stop there)
             dr = dram.get(starts[k])
             if dr is not None:
                 if type(dr) is int:
                     dr = (dr,)
-                for r in stop:
-                    if r in dr:
+                for r in (dr if len(dr) < len(stop) else stop):   # (out's order is kept)
+                    if (r in dr and r in stop) and (went_on is None or r not in went_on):
                         out[r] = caches[r].matched_blocks(starts, lens, n, tiers)
         d0 = dram.get(starts[0])
         if d0 is not None:

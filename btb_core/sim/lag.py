@@ -198,6 +198,12 @@ class LaggedView(ClusterView):
         return (self.cached_blocks_all(hash_ids, ("hbm",)),
                 self.cached_blocks_all(hash_ids, ("hbm", "dram")))
 
+    def cached_blocks_hbm_dram_pieces(self, starts, lens, n) -> tuple[dict, dict]:
+        if self.mirrors is None:
+            return super().cached_blocks_hbm_dram_pieces(starts, lens, n)
+        return (self.cached_blocks_all_pieces(starts, lens, n, ("hbm",)),
+                self.cached_blocks_all_pieces(starts, lens, n, ("hbm", "dram")))
+
     # -- load figures --------------------------------------------------------------------------
     def snapshot(self) -> None:
         """Take the load figures of every replica now (called every ``load_lag_s`` seconds)."""
@@ -218,6 +224,9 @@ class LaggedView(ClusterView):
 
     def kv_usage_all(self) -> list[float]:
         return list(self._snap[1]) if self._snap else super().kv_usage_all()
+
+    def kv_usage_max(self) -> float:
+        return max(self._snap[1]) if self._snap else super().kv_usage_max()
 
     def active_blocks(self, replica: int) -> int:
         return self._snap[2][replica] if self._snap else super().active_blocks(replica)

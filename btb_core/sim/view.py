@@ -135,6 +135,11 @@ class ClusterView:
         cap = self._capacity_blocks
         return [rep.cache.used_slots / cap for rep in self._replicas]
 
+    def kv_usage_max(self) -> float:
+        """``max(kv_usage_all())`` without building the list of fractions (the largest count of
+        blocks in use over the budget: the same float, division being monotone)."""
+        return max([rep.cache.used_slots for rep in self._replicas]) / self._capacity_blocks
+
     def active_blocks(self, replica: int) -> int:
         """KV blocks (of ``block_tokens`` tokens) held in HBM by requests running on ``replica``;
         the numerator of :meth:`kv_usage`."""
@@ -230,6 +235,12 @@ class ClusterView:
             return (self._scan_all(hash_ids, ("hbm",)), self._scan_all(hash_ids, ("hbm", "dram")))
         return self._sim.holder_index.matched(self._caches, pieces[0],
                                               pieces[1], len(hash_ids), True, True, True)
+
+    def cached_blocks_hbm_dram_pieces(self, starts, lens, n: int) -> tuple[dict, dict]:
+        """:meth:`cached_blocks_hbm_dram` of the path's first ``n`` blocks given by its pieces
+        (:meth:`pieces`, :meth:`request_pieces`; ``n`` at most their total length), from one
+        walk, without building or looking up its id tuple."""
+        return self._sim.holder_index.matched(self._caches, starts, lens, n, True, True, True)
 
     def _scan_all(self, hash_ids, tiers) -> dict[int, int]:
         """:meth:`cached_blocks_all` by asking every replica (the reference answer)."""
