@@ -416,3 +416,40 @@ def test_llm_d_lead_after_an_evicted_first_id():
     assert router.lru_blocks(0) == [3, 4, 5, 6, 7, 0, 1]
     assert router._lead == {5: {0: 3}, 0: {0: 2}}
     assert router._lead_matches(([0], [5])) == {0: 2}
+
+
+class _Req:
+    def __init__(self, index):
+        self.index = index
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "finish", "drop", "poke", "spread"]),
+                          st.integers(0, 5), st.integers(0, 40)), max_size=120))
+def test_spread_load_extremes_equal_max_and_min_of_the_loads(ops):
+    """``SpreadLoad`` (the cache-aware router's loads) keeps max and min of the loads as routes
+    and finishes move them, equal to scanning the list after every operation, also when the list
+    is rewritten from outside (tests set loads directly) and after a replica is dropped; its loads
+    and ``argmin`` equal the plain ``InFlightLoad``'s."""
+    from btb_core.routers.least_load import InFlightLoad, SpreadLoad
+
+    fast, plain = SpreadLoad(6), InFlightLoad(6)
+    live = []
+    for op, r, x in ops:
+        if op == "add":
+            req = _Req(len(live) + 1000 * x)
+            live.append(req)
+            fast.add(req, r)
+            plain.add(req, r)
+        elif op == "finish" and live:
+            req = live.pop(x % len(live))
+            fast.finish(req)
+            plain.finish(req)
+        elif op == "drop":
+            fast.drop_replica(r)
+            plain.drop_replica(r)
+        elif op == "poke":   # the list rewritten from outside, as tests do
+            fast.loads[r] = plain.loads[r] = x
+        assert fast.loads == plain.loads
+        assert fast.spread() == (max(plain.loads), min(plain.loads))
+        assert fast.argmin() == plain.argmin()

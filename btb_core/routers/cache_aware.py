@@ -53,7 +53,7 @@ import math
 
 from ..errors import ConfigError
 from .base import Router, cached_blocks_all
-from .least_load import InFlightLoad
+from .least_load import SpreadLoad
 from .params import RouterParam, check_range
 from .prefix_tree import ApproxPrefixIndex, mask_replicas
 
@@ -183,7 +183,7 @@ class CacheAwareRouter(Router):
 
     def reset(self, view) -> None:
         super().reset(view)
-        self.load = InFlightLoad(view.num_replicas)
+        self.load = SpreadLoad(view.num_replicas)
         self.tree = ApproxPrefixIndex(view.num_replicas)
         self._next_evict_s = self.eviction_interval_s
         self._sync_log = None       # prompts inserted since the last index exchange, if syncing
@@ -203,10 +203,12 @@ class CacheAwareRouter(Router):
                 return True
             if hi_u - min(usage) > self.balance_token_usage_threshold:
                 return True
-        loads = self.load.loads
-        if cands is not None:
+        if cands is None:
+            hi, lo = self.load.spread()   # (kept as loads change: no scan of the fleet)
+        else:
+            loads = self.load.loads
             loads = [loads[r] for r in cands]
-        hi, lo = max(loads), min(loads)
+            hi, lo = max(loads), min(loads)
         return (hi - lo) > self.balance_abs_threshold and hi > self.balance_rel_threshold * lo
 
     def best_match(self, request) -> tuple[int, int]:
@@ -232,7 +234,7 @@ class CacheAwareRouter(Router):
         loads = self.load.loads
 
         def least_loaded():  # nothing matched: the least loaded, ties to the lowest index
-            return (loads.index(min(loads)) if cands is None
+            return (loads.index(self.load.spread()[1]) if cands is None
                     else min(cands, key=lambda r: (loads[r], r)))
 
         if self.match_mode == "tree":
