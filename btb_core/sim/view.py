@@ -207,7 +207,7 @@ class ClusterView:
 
         The returned lists are shared: do not modify them.
         """
-        src = request._source
+        src = getattr(request, "_source", None)
         if src is not None and len(src) == 2:
             return src
         return self.pieces(request.hash_ids)
