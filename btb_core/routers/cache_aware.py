@@ -55,7 +55,7 @@ from ..errors import ConfigError
 from .base import Router, cached_blocks_all
 from .least_load import SpreadLoad
 from .params import RouterParam, check_range
-from .prefix_tree import ApproxPrefixIndex, mask_replicas
+from .prefix_tree import ApproxPrefixIndex, PiecePath, mask_replicas
 
 _TIERS = ("hbm", "dram", "disk")
 
@@ -187,6 +187,10 @@ class CacheAwareRouter(Router):
         self.tree = ApproxPrefixIndex(view.num_replicas)
         self._next_evict_s = self.eviction_interval_s
         self._sync_log = None       # prompts inserted since the last index exchange, if syncing
+        # the view's request pieces (the simulator's views), so the tree walks a request's pieces
+        # of runs instead of a tuple of its ids; the last request's path (match, then insert)
+        self._request_pieces = getattr(view, "request_pieces", None)
+        self._path_req = self._path = None
         #: Decision counts by branch: "imbalanced", "hit", "miss" (for tests and notebooks).
         self.decisions = {"imbalanced": 0, "hit": 0, "miss": 0}
 
@@ -229,7 +233,6 @@ class CacheAwareRouter(Router):
         n = self.view.num_replicas
         bt = request.block_tokens
         isl = int(request.input_length)
-        ids = request.hash_ids
         cands = self._restricted()
         loads = self.load.loads
 
@@ -238,6 +241,7 @@ class CacheAwareRouter(Router):
                     else min(cands, key=lambda r: (loads[r], r)))
 
         if self.match_mode == "tree":
+            ids = self.tree_path(request)
             tree = self.tree
             allowed = -1
             if cands is not None:
@@ -261,6 +265,7 @@ class CacheAwareRouter(Router):
                         best = first
                 return best
             return matched, pick
+        ids = request.hash_ids
         found = cached_blocks_all(self.view, ids, self.kv_event_tiers)
         if cands is not None:
             allowed_set = set(cands)
@@ -304,12 +309,26 @@ class CacheAwareRouter(Router):
         the tree and loads stay those of the requests actually dispatched.
         """
         self._maybe_evict()
-        self.tree.insert(replica, request.hash_ids, request.input_length, request.block_tokens,
-                         self.view.now_s)
+        self.tree.insert(replica, self.tree_path(request), request.input_length,
+                         request.block_tokens, self.view.now_s)
         if self._sync_log is not None:
             self._sync_log.append((replica, request.hash_ids, request.input_length,
                                    request.block_tokens))
         self.load.add(request, replica)
+
+    def tree_path(self, request):
+        """``request``'s block path for the tree: a :class:`~btb_core.routers.prefix_tree.PiecePath`
+        of its pieces of runs when the view gives them (no id tuple built), else its
+        ``hash_ids``; the same object for consecutive calls about one request (the tree's walk
+        cache keys on it)."""
+        if request is self._path_req:
+            return self._path
+        rp = self._request_pieces
+        pieces = rp(request) if rp is not None else None
+        path = request.hash_ids if pieces is None else PiecePath(pieces[0], pieces[1])
+        self._path_req = request
+        self._path = path
+        return path
 
     def _maybe_evict(self) -> None:
         if self.eviction_interval_s <= 0:

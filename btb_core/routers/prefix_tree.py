@@ -81,6 +81,64 @@ def _as_ids(seq) -> range | tuple:
     return seq
 
 
+class PiecePath:
+    """A block path given as pieces of runs instead of an id tuple: ids ``starts[k], starts[k] +
+    1, ..., starts[k] + lens[k] - 1`` piece after piece (the simulator's request pieces,
+    :mod:`btb_core.sim.blocks`), its first ``n`` (default all). Every method of
+    :class:`ApproxPrefixIndex` that takes ``hash_ids`` takes one, with the same answers as for
+    the tuple of its ids; walks and inserts then read ids from the pieces instead of a tuple
+    built for the request. Treated as immutable (the walk cache keys on its identity).
+    """
+
+    __slots__ = ("starts", "lens", "n")
+
+    def __init__(self, starts, lens, n: int | None = None) -> None:
+        self.starts = starts
+        self.lens = lens
+        self.n = sum(lens) if n is None else n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def id_at(self, i: int):
+        """The id at path position ``i`` (``0 <= i < n``)."""
+        lens = self.lens
+        k = 0
+        while i >= lens[k]:
+            i -= lens[k]
+            k += 1
+        return self.starts[k] + i
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.to_tuple()[i]
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError("PiecePath index out of range")
+        return self.id_at(i)
+
+    def to_tuple(self) -> tuple:
+        """The path's ids as a tuple."""
+        out = []
+        for s, ln in zip(self.starts, self.lens):
+            out.extend(range(s, s + ln))
+        return tuple(out[:self.n])
+
+    def tail_ids(self, p: int) -> range | tuple:
+        """``_as_ids`` of the ids at positions ``p .. n - 1`` (``p < n``): a ``range`` straight from
+        the pieces when they lie in one piece."""
+        lens = self.lens
+        k, o = 0, p
+        while o >= lens[k]:
+            o -= lens[k]
+            k += 1
+        if lens[k] - o >= self.n - p:
+            a = self.starts[k] + o
+            return range(a, a + self.n - p)
+        return _as_ids(self.to_tuple()[p:])
+
+
 class ApproxPrefixIndex:
     """Per-replica approximate prefix trees over chained block ids (a radix tree of runs).
 
@@ -124,6 +182,8 @@ class ApproxPrefixIndex:
         when it is a tuple (immutable: a request's ``hash_ids``) until the tree changes."""
         if ids is self._walk_ids and self._walk_version == self._version:
             return self._walk_path
+        if type(ids) is PiecePath:
+            return self._walk_pieces(ids)
         path = []
         n = len(ids)
         p = 0
@@ -155,6 +215,54 @@ class ApproxPrefixIndex:
                 break
             node = c
         self._walk_ids = ids if type(ids) is tuple else None
+        self._walk_version = self._version
+        self._walk_path = path
+        return path
+
+    def _walk_pieces(self, ids: PiecePath) -> list:
+        """:meth:`_walk` along a :class:`PiecePath`: the same path, with each id read from the
+        pieces (a node's last compared id straight from the piece it lies in)."""
+        starts, lens, n = ids.starts, ids.lens, ids.n
+        path = []
+        p = 0
+        k = o = 0                 # piece and offset of path position p
+        node = self._root
+        while p < n:
+            ch = node.children
+            if ch is None:
+                break
+            c = ch.get(starts[k] + o)
+            if c is None:
+                break
+            cids = c.ids
+            size = len(cids)
+            lim = size if size < n - p else n - p
+            if lim == 1:
+                j = 1
+            else:
+                last = (starts[k] + o + lim - 1 if lim <= lens[k] - o
+                        else ids.id_at(p + lim - 1))
+                if last == cids[lim - 1]:
+                    j = lim
+                else:   # chained ids: equal at a position means equal before it
+                    lo, hi = 1, lim - 1
+                    while lo < hi:
+                        mid = (lo + hi + 1) // 2
+                        if ids.id_at(p + mid - 1) == cids[mid - 1]:
+                            lo = mid
+                        else:
+                            hi = mid - 1
+                    j = lo
+            path.append((c, j))
+            p += j
+            if j < size:
+                break
+            o += j
+            while o >= lens[k] and p < n:
+                o -= lens[k]
+                k += 1
+            node = c
+        self._walk_ids = ids
         self._walk_version = self._version
         self._walk_path = path
         return path
@@ -389,7 +497,7 @@ class ApproxPrefixIndex:
             parent = node
             p += j
         if p < n:   # blocks no replica had: one new node
-            ids = _as_ids(hash_ids[p:n])
+            ids = hash_ids.tail_ids(p) if type(hash_ids) is PiecePath else _as_ids(hash_ids[p:n])
             node = _Node(ids, parent, bit, replica, block_tokens,
                          max(1, int(input_length) - (n - 1) * block_tokens))
             if parent.children is None:
@@ -488,4 +596,4 @@ def mask_replicas(mask: int) -> list[int]:
     return out
 
 
-__all__ = ["ApproxPrefixIndex", "mask_replicas"]
+__all__ = ["ApproxPrefixIndex", "PiecePath", "mask_replicas"]
