@@ -125,7 +125,7 @@ class BTBRouter(Router):
         self.detector = BurstDetector(self.config)
         # the view's piece-based queries, when it has them (the simulator's views do)
         self._request_pieces = getattr(view, "request_pieces", None)
-        self._matched_pieces = getattr(view, "cached_blocks_all_pieces", None)
+        self._holding_all = getattr(view, "holding_all_pieces", None)
         self._started: dict = {}    # prefix key -> destinations a copy was started to
         self._landed: set = set()   # prefix keys with at least one landed copy
         self._transfer_key: dict = {}
@@ -199,11 +199,11 @@ class BTBRouter(Router):
             if active or landed:
                 # one walk of the holder index (replicas holding all Y blocks, ascending); copies
                 # started below land later, so it holds for the warm choice too
-                if pieces is not None and self._matched_pieces is not None:
-                    found = self._matched_pieces(pieces[0], pieces[1], y, self.source_tiers)
+                if pieces is not None and self._holding_all is not None:
+                    holders = self._holding_all(pieces[0], pieces[1], y, self.source_tiers)
                 else:
                     found = cached_blocks_all(self.view, request.hash_ids[:y], self.source_tiers)
-                holders = sorted([r for r, m in found.items() if m >= y])
+                    holders = sorted([r for r, m in found.items() if m >= y])
                 if active:
                     self._replicate(key, request, holders)
                 if landed:
