@@ -439,8 +439,10 @@ class Simulator:
                     # more arrivals at this instant: schedule together, after all of them
                     rep.kick_pending = True
                     self._push(self.now, _KICK, rep)
-                else:
+                elif next_arrival < rep.paused_until:
                     self._plan(rep)
+                else:                     # (Simulator._plan, inlined)
+                    self._schedule(rep)
         self.events = events
         end_hook = getattr(router, "on_run_end", None)
         if end_hook is not None:
