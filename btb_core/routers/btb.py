@@ -122,6 +122,8 @@ class BTBRouter(Router):
         #: Y in whole blocks of this run's trace
         self.y_blocks = self.config.y_blocks(view.block_tokens)
         self.cache_aware.reset(view)
+        # the finish hook is the cache-aware router's (on_request_finished below), called directly
+        self.on_request_finished = self.cache_aware.on_request_finished
         self.detector = BurstDetector(self.config)
         # the view's piece-based queries, when it has them (the simulator's views do)
         self._request_pieces = getattr(view, "request_pieces", None)

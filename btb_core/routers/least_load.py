@@ -108,7 +108,9 @@ class SpreadLoad(InFlightLoad):
         if old == self.lo and not count[old]:
             self.lo = new
 
-    def finish(self, request) -> None:
+    def finish(self, request, replica=None) -> None:
+        """Remove ``request``'s load (``replica`` is ignored: the signature of a router's
+        ``on_request_finished``, so a router may hand this method over as its hook)."""
         entry = self._pending.pop(request.index, None)
         if entry is None:
             return
