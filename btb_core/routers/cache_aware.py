@@ -310,9 +310,11 @@ class CacheAwareRouter(Router):
         Called for every routed request, including ones a wrapping router (BTB) placed itself, so
         the tree and loads stay those of the requests actually dispatched.
         """
-        self._maybe_evict()
-        self.tree.insert(replica, self.tree_path(request), request.input_length,
-                         request.block_tokens, self.view.now_s)
+        now = self.view.now_s
+        if now >= self._next_evict_s:     # (_maybe_evict's own test, checked here first)
+            self._maybe_evict()
+        path = self._path if request is self._path_req else self.tree_path(request)
+        self.tree.insert(replica, path, request.input_length, request.block_tokens, now)
         if self._sync_log is not None:
             self._sync_log.append((replica, request.hash_ids, request.input_length,
                                    request.block_tokens))

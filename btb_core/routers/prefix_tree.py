@@ -468,10 +468,14 @@ class ApproxPrefixIndex:
         inside a node) and one new node for the blocks no replica had; nothing per block but the
         ``range`` test of the new blocks' ids.
         """
-        n = len(hash_ids)
+        pp = type(hash_ids) is PiecePath
+        n = hash_ids.n if pp else len(hash_ids)
         if not n:
             return
-        path = self._walk(hash_ids)
+        if hash_ids is self._walk_ids and self._walk_version == self._version:
+            path = self._walk_path            # (the walk cache of _walk, checked here)
+        else:
+            path = self._walk_pieces(hash_ids) if pp else self._walk(hash_ids)
         if path:
             node, j = path[-1]
             if j < len(node.ids):
@@ -491,15 +495,15 @@ class ApproxPrefixIndex:
                 state[node] = [now_s, rank, 0]
                 rank += j
                 added_blocks += j
-                added_tokens += node.tokens()
+                added_tokens += (len(node.ids) - 1) * node.bt + node.last_tok   # (_Node.tokens)
                 if parent is not self._root:
                     state[parent][2] += 1
             parent = node
             p += j
         if p < n:   # blocks no replica had: one new node
-            ids = hash_ids.tail_ids(p) if type(hash_ids) is PiecePath else _as_ids(hash_ids[p:n])
-            node = _Node(ids, parent, bit, replica, block_tokens,
-                         max(1, int(input_length) - (n - 1) * block_tokens))
+            ids = hash_ids.tail_ids(p) if pp else _as_ids(hash_ids[p:n])
+            last_tok = int(input_length) - (n - 1) * block_tokens
+            node = _Node(ids, parent, bit, replica, block_tokens, last_tok if last_tok > 1 else 1)
             if parent.children is None:
                 parent.children = {ids[0]: node}
             else:
@@ -507,7 +511,7 @@ class ApproxPrefixIndex:
             state[node] = [now_s, rank, 0]
             rank += n - p
             added_blocks += n - p
-            added_tokens += node.tokens()
+            added_tokens += (n - p - 1) * block_tokens + node.last_tok   # (_Node.tokens)
             if parent is not self._root:
                 state[parent][2] += 1
             parent = node
