@@ -38,6 +38,9 @@ class BurstDetector:
         self.config = config
         self._times: OrderedDict = OrderedDict()  # key -> deque of its last X arrival times
         self._last_s = float("-inf")
+        # a lower bound of the front key's last arrival (the earliest last arrival of any key):
+        # while ``now - bound <= Z`` nothing can expire, so the front is not looked at
+        self._bound_s = float("-inf")
 
     @property
     def num_tracked(self) -> int:
@@ -60,12 +63,17 @@ class BurstDetector:
         self._last_s = now_s
         x, z = self.config.x_repeats, self.config.z_s + _EPS_S
         times = self._times
-        # expire keys whose last arrival is older than the window
-        while times:
-            oldest_key, oldest = next(iter(times.items()))
-            if now_s - oldest[-1] <= z:
-                break
-            del times[oldest_key]
+        # expire keys whose last arrival is older than the window (the front's last arrival only
+        # grows as keys move to the end, so the bound stays below it)
+        if now_s - self._bound_s > z:
+            bound = now_s
+            while times:
+                oldest_key, oldest = next(iter(times.items()))
+                if now_s - oldest[-1] <= z:
+                    bound = oldest[-1]
+                    break
+                del times[oldest_key]
+            self._bound_s = bound
         window = times.get(key)
         if window is None:
             window = deque(maxlen=x)

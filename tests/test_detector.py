@@ -126,3 +126,28 @@ def test_exactly_z_apart_survives_float_rounding():
     assert det.observe("k", 2.003207) is True
     assert det.observe("j", 5.0) is False
     assert det.observe("j", 6.000001) is False  # 1 us past Z is outside
+
+
+class _ExpireEveryArrival(BurstDetector):
+    """The detector as it was before the expiry bound: the front key is looked at on every
+    arrival (the plain reference for the bound that skips that look)."""
+
+    def observe(self, key, now_s):
+        self._bound_s = float("-inf")   # never skip the expiry loop
+        return super().observe(key, now_s)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 4), st.sampled_from([0.0, 0.1, 0.5, 1.0, 1.0 + 1e-12,
+                                                                   2.5])), max_size=60),
+       x=st.integers(1, 3), z=st.sampled_from([0.0, 0.5, 1.0, 3.0]))
+def test_expiry_bound_equals_expiring_at_every_arrival(steps, x, z):
+    """The bound that skips the expiry look-up leaves the same answers and the same tracked keys
+    (in the same order) as looking at the front key on every arrival."""
+    cfg = BTBConfig(x_repeats=x, z_s=z)
+    fast, plain = BurstDetector(cfg), _ExpireEveryArrival(cfg)
+    t = 0.0
+    for key, dt in steps:
+        t += dt
+        assert fast.observe(key, t) == plain.observe(key, t)
+        assert list(fast._times.items()) == list(plain._times.items())

@@ -1,7 +1,8 @@
 """Holder indexes (issue 14): the one-walk answers equal the per-replica scans they replace.
 
 - ``ClusterView.cached_blocks_all`` (the simulator's :class:`btb_core.sim.holders.HolderIndex`, fed
-  by the KV caches) against ``cached_blocks`` replica by replica, after every routing decision of
+  by the KV caches) against ``cached_blocks`` replica by replica (and ``holding_all_pieces``, the
+  replicas holding a whole leading part), after every routing decision of
   random replays with evictions, DRAM spills, copies and stale (lagged) views;
 - the routers' own holder sets (:class:`btb_core.routers.holder_sets.BookHolders`, the cache-aware
   tree's holder masks, ``llm_d``'s approximate-index holders) against brute force;
@@ -57,6 +58,9 @@ class CheckingRouter(Router):
                 assert v.cached_blocks_all(prefix, tiers) == want, (request.index, cut, tiers)
                 assert v.cached_blocks_all_pieces(starts, lens, cut, tiers) == want, \
                     (request.index, cut, tiers)
+                # the replicas holding all ``cut`` blocks (btb's holders of its prefix)
+                assert v.holding_all_pieces(starts, lens, cut, tiers) == \
+                    sorted(r for r, m in want.items() if m == cut), (request.index, cut, tiers)
                 self.checked += 1
         assert v.cached_block_count_all() == [v.cached_block_count(r)
                                               for r in range(v.num_replicas)]

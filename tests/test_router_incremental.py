@@ -416,3 +416,91 @@ def test_llm_d_lead_after_an_evicted_first_id():
     assert router.lru_blocks(0) == [3, 4, 5, 6, 7, 0, 1]
     assert router._lead == {5: {0: 3}, 0: {0: 2}}
     assert router._lead_matches(([0], [5])) == {0: 2}
+
+
+class _Req:
+    def __init__(self, index):
+        self.index = index
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "finish", "drop", "poke", "spread"]),
+                          st.integers(0, 5), st.integers(0, 40)), max_size=120))
+def test_spread_load_extremes_equal_max_and_min_of_the_loads(ops):
+    """``SpreadLoad`` (the cache-aware router's loads) keeps max and min of the loads as routes
+    and finishes move them, equal to scanning the list after every operation, also when the list
+    is rewritten from outside (tests set loads directly) and after a replica is dropped; its loads
+    and ``argmin`` equal the plain ``InFlightLoad``'s."""
+    from btb_core.routers.least_load import InFlightLoad, SpreadLoad
+
+    fast, plain = SpreadLoad(6), InFlightLoad(6)
+    live = []
+    for op, r, x in ops:
+        if op == "add":
+            req = _Req(len(live) + 1000 * x)
+            live.append(req)
+            fast.add(req, r)
+            plain.add(req, r)
+        elif op == "finish" and live:
+            req = live.pop(x % len(live))
+            fast.finish(req)
+            plain.finish(req)
+        elif op == "drop":
+            fast.drop_replica(r)
+            plain.drop_replica(r)
+        elif op == "poke":   # the list rewritten from outside, as tests do
+            fast.loads[r] = plain.loads[r] = x
+        assert fast.loads == plain.loads
+        assert fast.spread() == (max(plain.loads), min(plain.loads))
+        assert fast.argmin() == plain.argmin()
+
+
+def pieces_of(ids, cuts=()):
+    """``ids`` (ints) as pieces of consecutive ids ``(starts, lens)``, also cut at the positions in
+    ``cuts`` (pieces need not be maximal)."""
+    starts, lens = [], []
+    for i, h in enumerate(ids):
+        if lens and h == starts[-1] + lens[-1] and i not in cuts:
+            lens[-1] += 1
+        else:
+            starts.append(h)
+            lens.append(1)
+    return starts, lens
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=OPS, cuts=st.sets(st.integers(1, 7), max_size=3), short=st.integers(0, 2))
+def test_prefix_tree_by_pieces_equals_the_tree_by_ids(ops, cuts, short):
+    """A tree fed each prompt as a ``PiecePath`` (pieces of consecutive ids, cut anywhere, also a
+    leading part ``n`` of them) holds exactly what a tree fed the id tuples holds, node for node,
+    evicts the same blocks, and answers every query the same whichever form the query takes."""
+    from btb_core.routers.prefix_tree import PiecePath
+
+    paths = interned([chain(p) for _, p, _, _, _ in ops])
+    a, b = ApproxPrefixIndex(3), ApproxPrefixIndex(3)
+    now = 0.0
+    for (r, _, extra, dt, budget), ids in zip(ops, paths):
+        now += dt
+        n = max(1, len(ids) - short)
+        starts, lens = pieces_of(ids, cuts)
+        path = PiecePath(starts, lens, n)
+        assert len(path) == n and path.to_tuple() == ids[:n] and path[n - 1] == ids[n - 1]
+        isl = (n - 1) * BT + 1 + extra
+        a.insert(r, ids[:n], isl, BT, now)
+        b.insert(r, path, isl, BT, now)
+        if budget is not None:
+            victim = (r + int(now)) % 3
+            assert a.evict_to(victim, budget * BT) == b.evict_to(victim, budget * BT)
+        assert a.global_table() == b.global_table()
+        for s in range(3):
+            assert a.block_table(s) == b.block_table(s)
+        assert sorted(tuple(nd.ids) for nd in a._nodes()) == sorted(tuple(nd.ids) for nd in b._nodes())
+        for q in paths:
+            qp = PiecePath(*pieces_of(q, cuts))
+            for tree in (a, b):
+                assert tree.deepest_match(qp) == tree.deepest_match(q)
+                for s in range(3):
+                    assert tree.match_blocks(s, qp) == tree.match_blocks(s, q)
+                for k in range(1, len(q) + 1):
+                    assert tree.holder_mask_at(qp, k) == tree.holder_mask_at(q, k)
+                    assert tree.first_holder_at(qp, k) == tree.first_holder_at(q, k)

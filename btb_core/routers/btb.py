@@ -122,7 +122,12 @@ class BTBRouter(Router):
         #: Y in whole blocks of this run's trace
         self.y_blocks = self.config.y_blocks(view.block_tokens)
         self.cache_aware.reset(view)
+        # the finish hook is the cache-aware router's (on_request_finished below), called directly
+        self.on_request_finished = self.cache_aware.on_request_finished
         self.detector = BurstDetector(self.config)
+        # the view's piece-based queries, when it has them (the simulator's views do)
+        self._request_pieces = getattr(view, "request_pieces", None)
+        self._holding_all = getattr(view, "holding_all_pieces", None)
         self._started: dict = {}    # prefix key -> destinations a copy was started to
         self._landed: set = set()   # prefix keys with at least one landed copy
         self._transfer_key: dict = {}
@@ -139,8 +144,12 @@ class BTBRouter(Router):
         return self.cache_aware.load
 
     # -- the rule ------------------------------------------------------------------------------
-    def _replicate(self, key, prefix: tuple, holders: list) -> None:
-        started = self._started.setdefault(key, set())
+    def _replicate(self, key, request, holders: list) -> None:
+        """Start the copies the rule asks for at this arrival of active prefix ``key`` (whose
+        first Y blocks are ``request.hash_ids[:Y]``; ``holders``: replicas holding all of them)."""
+        started = self._started.get(key)
+        if started is None:
+            started = self._started[key] = set()
         budget = self.config.m_replicas - len(started)
         if budget <= 0:
             return
@@ -151,6 +160,7 @@ class BTBRouter(Router):
         held = set(holders)
         eligible = sorted((r for r in self.candidates() if r not in held and r not in started),
                           key=lambda r: (loads[r], r))
+        prefix = request.hash_ids[:self.y_blocks] if eligible else ()
         for dst in eligible[:budget]:
             src = min(holders, key=lambda r: (v.egress_backlog_s(r), r))
             try:
@@ -169,19 +179,35 @@ class BTBRouter(Router):
     def route(self, request) -> int:
         y = self.y_blocks
         replica = None
-        key = prefix_key(request.hash_ids, y) if request.full_blocks >= y else None
+        key = pieces = None
+        if request.full_blocks >= y:
+            # the prefix key (the Y-th id) from the request's pieces of runs when the view gives
+            # them (no id tuple built), else from its ids
+            pieces = self._request_pieces(request) if self._request_pieces is not None else None
+            if pieces is not None:
+                pos = y - 1
+                starts, lens = pieces
+                for k in range(len(lens)):
+                    ln = lens[k]
+                    if pos < ln:
+                        key = starts[k] + pos
+                        break
+                    pos -= ln
+            else:
+                key = prefix_key(request.hash_ids, y)
         if key is not None:
             active = self.detector.observe(key, self.view.now_s) and self.config.m_replicas > 0
             landed = key in self._landed
             if active or landed:
                 # one walk of the holder index (replicas holding all Y blocks, ascending); copies
                 # started below land later, so it holds for the warm choice too
-                prefix = request.hash_ids[:y]
-                holders = sorted(r for r, m in cached_blocks_all(self.view, prefix,
-                                                                 self.source_tiers).items()
-                                 if m >= y)
+                if pieces is not None and self._holding_all is not None:
+                    holders = self._holding_all(pieces[0], pieces[1], y, self.source_tiers)
+                else:
+                    found = cached_blocks_all(self.view, request.hash_ids[:y], self.source_tiers)
+                    holders = sorted([r for r, m in found.items() if m >= y])
                 if active:
-                    self._replicate(key, prefix, holders)
+                    self._replicate(key, request, holders)
                 if landed:
                     cands = self._routable(holders)
                     replica = self.load.argmin(cands) if cands else None

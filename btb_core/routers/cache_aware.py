@@ -53,9 +53,9 @@ import math
 
 from ..errors import ConfigError
 from .base import Router, cached_blocks_all
-from .least_load import InFlightLoad
+from .least_load import SpreadLoad
 from .params import RouterParam, check_range
-from .prefix_tree import ApproxPrefixIndex, mask_replicas
+from .prefix_tree import ApproxPrefixIndex, PiecePath, mask_replicas
 
 _TIERS = ("hbm", "dram", "disk")
 
@@ -183,10 +183,16 @@ class CacheAwareRouter(Router):
 
     def reset(self, view) -> None:
         super().reset(view)
-        self.load = InFlightLoad(view.num_replicas)
+        self.load = SpreadLoad(view.num_replicas)
+        # the finish hook is the load's own (what on_request_finished below does, one call less)
+        self.on_request_finished = self.load.finish
         self.tree = ApproxPrefixIndex(view.num_replicas)
         self._next_evict_s = self.eviction_interval_s
         self._sync_log = None       # prompts inserted since the last index exchange, if syncing
+        # the view's request pieces (the simulator's views), so the tree walks a request's pieces
+        # of runs instead of a tuple of its ids; the last request's path (match, then insert)
+        self._request_pieces = getattr(view, "request_pieces", None)
+        self._path_req = self._path = None
         #: Decision counts by branch: "imbalanced", "hit", "miss" (for tests and notebooks).
         self.decisions = {"imbalanced": 0, "hit": 0, "miss": 0}
 
@@ -203,10 +209,12 @@ class CacheAwareRouter(Router):
                 return True
             if hi_u - min(usage) > self.balance_token_usage_threshold:
                 return True
-        loads = self.load.loads
-        if cands is not None:
+        if cands is None:
+            hi, lo = self.load.spread()   # (kept as loads change: no scan of the fleet)
+        else:
+            loads = self.load.loads
             loads = [loads[r] for r in cands]
-        hi, lo = max(loads), min(loads)
+            hi, lo = max(loads), min(loads)
         return (hi - lo) > self.balance_abs_threshold and hi > self.balance_rel_threshold * lo
 
     def best_match(self, request) -> tuple[int, int]:
@@ -227,15 +235,15 @@ class CacheAwareRouter(Router):
         n = self.view.num_replicas
         bt = request.block_tokens
         isl = int(request.input_length)
-        ids = request.hash_ids
         cands = self._restricted()
         loads = self.load.loads
 
         def least_loaded():  # nothing matched: the least loaded, ties to the lowest index
-            return (loads.index(min(loads)) if cands is None
+            return (loads.index(self.load.spread()[1]) if cands is None
                     else min(cands, key=lambda r: (loads[r], r)))
 
         if self.match_mode == "tree":
+            ids = self.tree_path(request)
             tree = self.tree
             allowed = -1
             if cands is not None:
@@ -259,6 +267,7 @@ class CacheAwareRouter(Router):
                         best = first
                 return best
             return matched, pick
+        ids = request.hash_ids
         found = cached_blocks_all(self.view, ids, self.kv_event_tiers)
         if cands is not None:
             allowed_set = set(cands)
@@ -301,13 +310,29 @@ class CacheAwareRouter(Router):
         Called for every routed request, including ones a wrapping router (BTB) placed itself, so
         the tree and loads stay those of the requests actually dispatched.
         """
-        self._maybe_evict()
-        self.tree.insert(replica, request.hash_ids, request.input_length, request.block_tokens,
-                         self.view.now_s)
+        now = self.view.now_s
+        if now >= self._next_evict_s:     # (_maybe_evict's own test, checked here first)
+            self._maybe_evict()
+        path = self._path if request is self._path_req else self.tree_path(request)
+        self.tree.insert(replica, path, request.input_length, request.block_tokens, now)
         if self._sync_log is not None:
             self._sync_log.append((replica, request.hash_ids, request.input_length,
                                    request.block_tokens))
         self.load.add(request, replica)
+
+    def tree_path(self, request):
+        """``request``'s block path for the tree: a :class:`~btb_core.routers.prefix_tree.PiecePath`
+        of its pieces of runs when the view gives them (no id tuple built), else its
+        ``hash_ids``; the same object for consecutive calls about one request (the tree's walk
+        cache keys on it)."""
+        if request is self._path_req:
+            return self._path
+        rp = self._request_pieces
+        pieces = rp(request) if rp is not None else None
+        path = request.hash_ids if pieces is None else PiecePath(pieces[0], pieces[1])
+        self._path_req = request
+        self._path = path
+        return path
 
     def _maybe_evict(self) -> None:
         if self.eviction_interval_s <= 0:

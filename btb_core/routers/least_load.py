@@ -64,6 +64,90 @@ class InFlightLoad:
         return min(candidates, key=loads.__getitem__)
 
 
+class SpreadLoad(InFlightLoad):
+    """:class:`InFlightLoad` (one per request) that also knows the largest and smallest load of
+    all replicas without scanning them (:meth:`spread`), for routers that test the spread on every
+    decision (cache-aware's imbalance rule).
+
+    Keeps how many replicas carry each load value; a route or a finish moves one replica by one,
+    so the extremes follow in O(1). ``loads`` stays a plain list that callers may read; if
+    something else rewrites it (tests set loads directly), :meth:`spread` notices (it keeps a copy
+    of the list it last saw, compared at C speed) and recounts.
+    """
+
+    def __init__(self, num_replicas: int) -> None:
+        super().__init__(num_replicas, "requests")
+        self._recount()
+
+    def _recount(self) -> None:
+        loads = self.loads
+        self._seen = list(loads)
+        count: dict[int, int] = {}
+        for x in loads:
+            count[x] = count.get(x, 0) + 1
+        self._count = count
+        self.hi = max(loads) if loads else 0
+        self.lo = min(loads) if loads else 0
+
+    def add(self, request, replica: int) -> None:
+        loads = self.loads
+        old = loads[replica]
+        new = old + 1
+        loads[replica] = new
+        self._pending[request.index] = (replica, 1)
+        seen = self._seen
+        if seen[replica] != old:   # the list was rewritten from outside: recount
+            self._recount()
+            return
+        seen[replica] = new
+        count = self._count
+        count[old] -= 1
+        count[new] = count.get(new, 0) + 1
+        if new > self.hi:
+            self.hi = new
+        if old == self.lo and not count[old]:
+            self.lo = new
+
+    def finish(self, request, replica=None) -> None:
+        """Remove ``request``'s load (``replica`` is ignored: the signature of a router's
+        ``on_request_finished``, so a router may hand this method over as its hook)."""
+        entry = self._pending.pop(request.index, None)
+        if entry is None:
+            return
+        replica = entry[0]
+        loads = self.loads
+        old = loads[replica]
+        new = old - 1
+        loads[replica] = new
+        seen = self._seen
+        if seen[replica] != old:   # the list was rewritten from outside: recount
+            self._recount()
+            return
+        seen[replica] = new
+        count = self._count
+        count[old] -= 1
+        count[new] = count.get(new, 0) + 1
+        if new < self.lo:
+            self.lo = new
+        if old == self.hi and not count[old]:
+            self.hi = new
+
+    def drop_replica(self, replica: int) -> None:
+        super().drop_replica(replica)
+        self._recount()
+
+    def spread(self) -> tuple[int, int]:
+        """``(max(loads), min(loads))``."""
+        if self.loads != self._seen:
+            self._recount()
+        return self.hi, self.lo
+
+    def argmin(self, candidates=None) -> int:
+        if candidates is None:
+            return self.loads.index(self.spread()[1])
+        return min(candidates, key=self.loads.__getitem__)
+
+
 class LeastLoadRouter(Router):
     """Send each request to the replica with the fewest in-flight requests this router dispatched.
 
@@ -125,4 +209,4 @@ class LeastLoadRouter(Router):
             self.load.drop_replica(replica)
 
 
-__all__ = ["InFlightLoad", "LeastLoadRouter"]
+__all__ = ["InFlightLoad", "LeastLoadRouter", "SpreadLoad"]

@@ -81,6 +81,64 @@ def _as_ids(seq) -> range | tuple:
     return seq
 
 
+class PiecePath:
+    """A block path given as pieces of runs instead of an id tuple: ids ``starts[k], starts[k] +
+    1, ..., starts[k] + lens[k] - 1`` piece after piece (the simulator's request pieces,
+    :mod:`btb_core.sim.blocks`), its first ``n`` (default all). Every method of
+    :class:`ApproxPrefixIndex` that takes ``hash_ids`` takes one, with the same answers as for
+    the tuple of its ids; walks and inserts then read ids from the pieces instead of a tuple
+    built for the request. Treated as immutable (the walk cache keys on its identity).
+    """
+
+    __slots__ = ("starts", "lens", "n")
+
+    def __init__(self, starts, lens, n: int | None = None) -> None:
+        self.starts = starts
+        self.lens = lens
+        self.n = sum(lens) if n is None else n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def id_at(self, i: int):
+        """The id at path position ``i`` (``0 <= i < n``)."""
+        lens = self.lens
+        k = 0
+        while i >= lens[k]:
+            i -= lens[k]
+            k += 1
+        return self.starts[k] + i
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.to_tuple()[i]
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError("PiecePath index out of range")
+        return self.id_at(i)
+
+    def to_tuple(self) -> tuple:
+        """The path's ids as a tuple."""
+        out = []
+        for s, ln in zip(self.starts, self.lens):
+            out.extend(range(s, s + ln))
+        return tuple(out[:self.n])
+
+    def tail_ids(self, p: int) -> range | tuple:
+        """``_as_ids`` of the ids at positions ``p .. n - 1`` (``p < n``): a ``range`` straight from
+        the pieces when they lie in one piece."""
+        lens = self.lens
+        k, o = 0, p
+        while o >= lens[k]:
+            o -= lens[k]
+            k += 1
+        if lens[k] - o >= self.n - p:
+            a = self.starts[k] + o
+            return range(a, a + self.n - p)
+        return _as_ids(self.to_tuple()[p:])
+
+
 class ApproxPrefixIndex:
     """Per-replica approximate prefix trees over chained block ids (a radix tree of runs).
 
@@ -124,6 +182,8 @@ class ApproxPrefixIndex:
         when it is a tuple (immutable: a request's ``hash_ids``) until the tree changes."""
         if ids is self._walk_ids and self._walk_version == self._version:
             return self._walk_path
+        if type(ids) is PiecePath:
+            return self._walk_pieces(ids)
         path = []
         n = len(ids)
         p = 0
@@ -155,6 +215,54 @@ class ApproxPrefixIndex:
                 break
             node = c
         self._walk_ids = ids if type(ids) is tuple else None
+        self._walk_version = self._version
+        self._walk_path = path
+        return path
+
+    def _walk_pieces(self, ids: PiecePath) -> list:
+        """:meth:`_walk` along a :class:`PiecePath`: the same path, with each id read from the
+        pieces (a node's last compared id straight from the piece it lies in)."""
+        starts, lens, n = ids.starts, ids.lens, ids.n
+        path = []
+        p = 0
+        k = o = 0                 # piece and offset of path position p
+        node = self._root
+        while p < n:
+            ch = node.children
+            if ch is None:
+                break
+            c = ch.get(starts[k] + o)
+            if c is None:
+                break
+            cids = c.ids
+            size = len(cids)
+            lim = size if size < n - p else n - p
+            if lim == 1:
+                j = 1
+            else:
+                last = (starts[k] + o + lim - 1 if lim <= lens[k] - o
+                        else ids.id_at(p + lim - 1))
+                if last == cids[lim - 1]:
+                    j = lim
+                else:   # chained ids: equal at a position means equal before it
+                    lo, hi = 1, lim - 1
+                    while lo < hi:
+                        mid = (lo + hi + 1) // 2
+                        if ids.id_at(p + mid - 1) == cids[mid - 1]:
+                            lo = mid
+                        else:
+                            hi = mid - 1
+                    j = lo
+            path.append((c, j))
+            p += j
+            if j < size:
+                break
+            o += j
+            while o >= lens[k] and p < n:
+                o -= lens[k]
+                k += 1
+            node = c
+        self._walk_ids = ids
         self._walk_version = self._version
         self._walk_path = path
         return path
@@ -360,10 +468,14 @@ class ApproxPrefixIndex:
         inside a node) and one new node for the blocks no replica had; nothing per block but the
         ``range`` test of the new blocks' ids.
         """
-        n = len(hash_ids)
+        pp = type(hash_ids) is PiecePath
+        n = hash_ids.n if pp else len(hash_ids)
         if not n:
             return
-        path = self._walk(hash_ids)
+        if hash_ids is self._walk_ids and self._walk_version == self._version:
+            path = self._walk_path            # (the walk cache of _walk, checked here)
+        else:
+            path = self._walk_pieces(hash_ids) if pp else self._walk(hash_ids)
         if path:
             node, j = path[-1]
             if j < len(node.ids):
@@ -383,15 +495,15 @@ class ApproxPrefixIndex:
                 state[node] = [now_s, rank, 0]
                 rank += j
                 added_blocks += j
-                added_tokens += node.tokens()
+                added_tokens += (len(node.ids) - 1) * node.bt + node.last_tok   # (_Node.tokens)
                 if parent is not self._root:
                     state[parent][2] += 1
             parent = node
             p += j
         if p < n:   # blocks no replica had: one new node
-            ids = _as_ids(hash_ids[p:n])
-            node = _Node(ids, parent, bit, replica, block_tokens,
-                         max(1, int(input_length) - (n - 1) * block_tokens))
+            ids = hash_ids.tail_ids(p) if pp else _as_ids(hash_ids[p:n])
+            last_tok = int(input_length) - (n - 1) * block_tokens
+            node = _Node(ids, parent, bit, replica, block_tokens, last_tok if last_tok > 1 else 1)
             if parent.children is None:
                 parent.children = {ids[0]: node}
             else:
@@ -399,7 +511,7 @@ class ApproxPrefixIndex:
             state[node] = [now_s, rank, 0]
             rank += n - p
             added_blocks += n - p
-            added_tokens += node.tokens()
+            added_tokens += (n - p - 1) * block_tokens + node.last_tok   # (_Node.tokens)
             if parent is not self._root:
                 state[parent][2] += 1
             parent = node
@@ -488,4 +600,4 @@ def mask_replicas(mask: int) -> list[int]:
     return out
 
 
-__all__ = ["ApproxPrefixIndex", "mask_replicas"]
+__all__ = ["ApproxPrefixIndex", "PiecePath", "mask_replicas"]

@@ -439,8 +439,10 @@ class Simulator:
                     # more arrivals at this instant: schedule together, after all of them
                     rep.kick_pending = True
                     self._push(self.now, _KICK, rep)
-                else:
+                elif next_arrival < rep.paused_until:
                     self._plan(rep)
+                else:                     # (Simulator._plan, inlined)
+                    self._schedule(rep)
         self.events = events
         end_hook = getattr(router, "on_run_end", None)
         if end_hook is not None:
@@ -975,7 +977,13 @@ class Simulator:
         if self.paged:
             self._restore_paged(job)
         job.finish_s = self.now
-        rep.cache.release(job.piece_starts, job.piece_lens, job.pinned, job.private)
+        cache = rep.cache
+        if type(cache) is KVCache:        # (KVCache.release, inlined; a logged cache logs the call)
+            if job.pinned:
+                cache.unpin(job.piece_starts, job.piece_lens, job.pinned)
+            cache.used_slots -= job.private
+        else:
+            cache.release(job.piece_starts, job.piece_lens, job.pinned, job.private)
         job.pinned = job.private = 0
         self.results.record(job)
         req = job.req

@@ -241,5 +241,28 @@ class HolderIndex:
                         out[r] = m
         return (hbm_only, out) if hbm_too else out
 
+    def holding_all(self, caches, starts, lens, n: int, use_dram: bool = False) -> list[int]:
+        """Replicas holding all of a path's first ``n`` (>= 1) blocks in HBM (``use_dram``: in
+        HBM or DRAM), ascending: the replicas :meth:`matched` (HBM counted) maps to ``n``.
+
+        When the ``n`` blocks lie in the path's first piece (a burst's shared prefix), one pass
+        over that run's holders, plus the exact per-replica continuation in DRAM for replicas
+        whose DRAM holds part of the run; otherwise from :meth:`matched`.
+        """
+        if n > lens[0]:
+            return sorted([r for r, m in self.matched(caches, starts, lens, n, True,
+                                                      use_dram).items() if m >= n])
+        d = self.hbm.get(starts[0])
+        out = [r for r, h in d.items() if h >= n] if d else []
+        if use_dram:
+            d0 = self.dram.get(starts[0])
+            if d0 is not None:
+                for r in ((d0,) if type(d0) is int else d0):
+                    if (d is None or d.get(r, 0) < n) and \
+                            caches[r].matched_blocks(starts, lens, n, ("hbm", "dram")) >= n:
+                        out.append(r)
+        out.sort()
+        return out
+
 
 __all__ = ["HolderIndex"]

@@ -598,6 +598,9 @@ class KVCache:
         hbm = self.hbm_len
         ix = self.ix
         rep = self.rep
+        if ix is not None:    # (HolderIndex.set_hbm / dram_add / dram_del, inlined below)
+            ixhbm = ix.hbm
+            ixtot = ix.hbm_total
         lru.size -= count
         self.hbm_blocks -= count
         to_dram = self.dram_capacity_blocks > 0
@@ -606,6 +609,9 @@ class KVCache:
             dindex = dram.index
             dhead = dram.head
             dix = dram.ix
+            drep = dram.rep
+            if dix is not None:
+                dixdram = dix.dram
         spans = []
         k = count
         while k > 0:          # (SpanList.pop_front, inlined; the LRU reports to no index)
@@ -638,7 +644,18 @@ class KVCache:
             else:
                 del hbm[run]
             if ix is not None:
-                ix.set_hbm(run, rep, lo)
+                d = ixhbm.get(run)
+                if d is not None and rep in d:   # (always: the index follows this cache)
+                    old = d[rep]
+                    if lo:
+                        d[rep] = lo
+                    else:
+                        del d[rep]
+                        if not d:
+                            del ixhbm[run]
+                    ixtot[rep] += lo - old
+                else:
+                    ix.set_hbm(run, rep, lo)
             if not to_dram:
                 spans.append((run, lo, hi))
                 continue
@@ -659,7 +676,14 @@ class KVCache:
             if v is None:
                 dindex[run] = sp
                 if dix is not None:
-                    dix.dram_add(run, dram.rep)
+                    dd = dixdram.get(run)
+                    if dd is None:
+                        dixdram[run] = drep
+                    elif type(dd) is int:
+                        if dd != drep:
+                            dixdram[run] = {dd: None, drep: None}
+                    else:
+                        dd[drep] = None
             elif type(v) is _Span:
                 dindex[run] = [v, sp]
             else:
@@ -687,7 +711,15 @@ class KVCache:
                         if type(v) is _Span:
                             del dindex[run]
                             if dix is not None:
-                                dix.dram_del(run, dram.rep)
+                                dd = dixdram[run]
+                                if type(dd) is int:
+                                    if dd != drep:
+                                        raise KeyError(drep)
+                                    del dixdram[run]
+                                else:
+                                    del dd[drep]
+                                    if len(dd) == 1:
+                                        dixdram[run] = next(iter(dd))
                         else:
                             v.remove(sp)
                             if len(v) == 1:

@@ -192,6 +192,18 @@ class LaggedView(ClusterView):
         caches = self.mirrors if "dram" in tiers else None
         return self.mirror_index.matched(caches, starts, lens, n, "hbm" in tiers, "dram" in tiers)
 
+    def holding_all_pieces(self, starts, lens, n, tiers=("hbm", "dram", "disk")) -> list[int]:
+        """:meth:`ClusterView.holding_all_pieces` against the stale mirrors."""
+        if self.mirrors is None:
+            return super().holding_all_pieces(starts, lens, n, tiers)
+        self._catch_up()
+        if "hbm" not in tiers or ("disk" in tiers and self.sim.has_disk):
+            return sorted([r for r, m in self.cached_blocks_all_pieces(starts, lens, n,
+                                                                       tiers).items() if m >= n])
+        use_dram = "dram" in tiers
+        return self.mirror_index.holding_all(self.mirrors if use_dram else None, starts, lens, n,
+                                             use_dram)
+
     def cached_blocks_hbm_dram(self, hash_ids) -> tuple[dict, dict]:
         if self.mirrors is None:
             return super().cached_blocks_hbm_dram(hash_ids)

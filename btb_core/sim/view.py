@@ -212,7 +212,7 @@ class ClusterView:
 
         The returned lists are shared: do not modify them.
         """
-        src = request._source
+        src = getattr(request, "_source", None)
         if src is not None and len(src) == 2:
             return src
         return self.pieces(request.hash_ids)
@@ -226,6 +226,19 @@ class ClusterView:
             return self._scan_all(tuple_of_pieces(starts, lens)[:n], tiers)
         caches = self._caches if "dram" in tiers else None
         return sim.holder_index.matched(caches, starts, lens, n, "hbm" in tiers, "dram" in tiers)
+
+    def holding_all_pieces(self, starts, lens, n: int,
+                           tiers: tuple[str, ...] = ALL_TIERS) -> list[int]:
+        """Replicas, ascending, where :meth:`cached_blocks_all_pieces` is ``n``: those holding
+        all of the path's first ``n`` (>= 1) blocks in ``tiers`` (one pass over the first run's
+        holders when the ``n`` blocks lie in it: :meth:`HolderIndex.holding_all`)."""
+        sim = self._sim
+        if "hbm" not in tiers or ("disk" in tiers and sim.has_disk):
+            return sorted([r for r, m in self.cached_blocks_all_pieces(starts, lens, n,
+                                                                       tiers).items() if m >= n])
+        use_dram = "dram" in tiers
+        return sim.holder_index.holding_all(self._caches if use_dram else None, starts, lens, n,
+                                            use_dram)
 
     def cached_blocks_hbm_dram(self, hash_ids: Sequence[int]) -> tuple[dict, dict]:
         """``(cached_blocks_all(hash_ids, ("hbm",)), cached_blocks_all(hash_ids, ("hbm",

@@ -11,7 +11,12 @@ request to admit, the replica decodes its whole batch one token per step (the en
 
 from __future__ import annotations
 
+import heapq
+
+from ...cost import CostModel
 from .base import Scheduler
+
+_OP = 1   # the engine's priority of a replica operation's end (btb_core.sim.engine)
 
 
 class PrefillFirst(Scheduler):
@@ -23,6 +28,12 @@ class PrefillFirst(Scheduler):
         super().__init__(cluster)
         self._max_running = cluster.max_running
         self._scheduled = cluster.reuse_on == "scheduled"
+        # CostModel.prefill_s's formula, computed here (no validation frames) when the cost model
+        # is a CostModel's own: same operands in the same order, so the same float
+        cost = cluster.cost
+        self._coeffs = None
+        if type(cost).prefill_s is CostModel.prefill_s:
+            self._coeffs = (cost._lin_flops_per_token, cost._attn_coeff, cost._inv_flops_per_s)
 
     def plan(self, sim, rep) -> None:
         waiting = rep.waiting
@@ -41,11 +52,25 @@ class PrefillFirst(Scheduler):
                 r.append(rep.idx)
                 q.append(len(waiting))
                 req = job.req
-                compute = sim.cost.prefill_s(req.input_length - job.done_tokens, job.done_tokens)
+                done = job.done_tokens
+                new = req.input_length - done
+                co = self._coeffs
+                if co is not None and new >= 0 and done >= 0:
+                    compute = (co[0] * new + co[1] * (new * done + 0.5 * new * new)) * co[2]
+                else:
+                    compute = sim.cost.prefill_s(new, done)
                 rep.in_op += 1
                 if self._scheduled:
                     sim.complete(rep, job, req.input_length)
-                sim.start_op(rep, "prefill", job.load_s + compute + sim.cost.step_overhead_s, job)
+                duration = job.load_s + compute + sim.cost.step_overhead_s
+                # (Simulator.start_op, inlined)
+                rep.busy = True
+                rep.op_kind = "prefill"
+                token = rep.op_token = rep.op_token + 1
+                now = rep.op_start_s = sim.now
+                rep.op_data = job
+                sim._seq += 1
+                heapq.heappush(sim._heap, (now + duration, _OP, sim._seq, rep, token))
                 return
         if rep.n_decode:
             sim.start_stretch(rep)
@@ -56,8 +81,17 @@ class PrefillFirst(Scheduler):
     def op_done(self, sim, rep, kind: str, data) -> None:
         job = data
         rep.in_op -= 1
-        job.done_tokens = job.req.input_length
-        sim.complete(rep, job, job.done_tokens)
+        upto = job.done_tokens = job.req.input_length
+        # (Simulator.complete, inlined)
+        new_pinned = upto // sim.block_tokens
+        if new_pinned > job.full:
+            new_pinned = job.full
+        if new_pinned > job.pinned:
+            rep.cache.complete_blocks(job.piece_starts, job.piece_lens, job.pinned, new_pinned)
+            job.private -= new_pinned - job.pinned
+            job.pinned = new_pinned
+            if sim._on_blocks is not None:
+                sim._on_blocks(job.req, rep.idx, new_pinned)
         sim.first_token(rep, job)
 
 
