@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from itertools import compress, repeat
+from itertools import repeat
 from operator import itemgetter
 
 import pandas as pd
@@ -540,12 +540,10 @@ class BTBAdaptiveRouter(Router):
             if a == n or srt[a] - lo > tol:
                 # every tied replica scores exactly lo: the j-th of them
                 j = int(self.view.rng.integers(a))
-                if j < 4:
-                    i = values.index(lo)
-                    for _ in range(j):
-                        i = values.index(lo, i + 1)
-                    return i
-                return list(compress(range(n), map(lo.__eq__, values)))[j]
+                i = values.index(lo)
+                for _ in range(j):
+                    i = values.index(lo, i + 1)
+                return i
             tied = [r for r, x in enumerate(values) if x - lo <= tol]
         if len(tied) == 1:
             return tied[0]
