@@ -636,13 +636,12 @@ class KVCache:
                 sp.hi = lo
                 sp = None                        # (it stays in the LRU)
                 k = 0
-            if hbm.get(run) != hi:
+            h = hbm.get(run) if lo else hbm.pop(run, None)
+            if h != hi:
                 raise RuntimeError(f"KVCache invariant: evicting blocks {lo}..{hi - 1} of run {run} "
-                                   f"but its HBM part ends at {hbm.get(run)}")
+                                   f"but its HBM part ends at {h}")
             if lo:
                 hbm[run] = lo
-            else:
-                del hbm[run]
             if ix is not None:
                 d = ixhbm.get(run)
                 if d is not None and rep in d:   # (always: the index follows this cache)
