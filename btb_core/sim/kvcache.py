@@ -892,8 +892,22 @@ class KVCache:
                 if new > h:
                     hbm[run] = new
                     self.hbm_blocks += new - h
-                    if ix is not None:
-                        ix.set_hbm(run, self.rep, new)
+                    if ix is not None:        # (HolderIndex.set_hbm, inlined)
+                        rep = self.rep
+                        ixhbm = ix.hbm
+                        d = ixhbm.get(run)
+                        if d is None:
+                            ixhbm[run] = {rep: new}
+                            old = 0
+                        else:
+                            old = d.get(rep, 0)
+                            d[rep] = new
+                        tot = ix.hbm_total
+                        if rep < len(tot):
+                            tot[rep] += new - old
+                        else:
+                            tot.extend([0] * (rep + 1 - len(tot)))
+                            tot[rep] = new - old
         return stop - start
 
     def release(self, starts, lens, pinned: int, private: int) -> None:
