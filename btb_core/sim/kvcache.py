@@ -636,13 +636,12 @@ class KVCache:
                 sp.hi = lo
                 sp = None                        # (it stays in the LRU)
                 k = 0
-            if hbm.get(run) != hi:
+            h = hbm.get(run) if lo else hbm.pop(run, None)
+            if h != hi:
                 raise RuntimeError(f"KVCache invariant: evicting blocks {lo}..{hi - 1} of run {run} "
-                                   f"but its HBM part ends at {hbm.get(run)}")
+                                   f"but its HBM part ends at {h}")
             if lo:
                 hbm[run] = lo
-            else:
-                del hbm[run]
             if ix is not None:
                 d = ixhbm.get(run)
                 if d is not None and rep in d:   # (always: the index follows this cache)
@@ -893,8 +892,22 @@ class KVCache:
                 if new > h:
                     hbm[run] = new
                     self.hbm_blocks += new - h
-                    if ix is not None:
-                        ix.set_hbm(run, self.rep, new)
+                    if ix is not None:        # (HolderIndex.set_hbm, inlined)
+                        rep = self.rep
+                        ixhbm = ix.hbm
+                        d = ixhbm.get(run)
+                        if d is None:
+                            ixhbm[run] = {rep: new}
+                            old = 0
+                        else:
+                            old = d.get(rep, 0)
+                            d[rep] = new
+                        tot = ix.hbm_total
+                        if rep < len(tot):
+                            tot[rep] += new - old
+                        else:
+                            tot.extend([0] * (rep + 1 - len(tot)))
+                            tot[rep] = new - old
         return stop - start
 
     def release(self, starts, lens, pinned: int, private: int) -> None:
