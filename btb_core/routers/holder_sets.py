@@ -255,46 +255,55 @@ class RunBook:
 
     def depths(self, starts, lens) -> dict[int, int]:
         """``{replica: k}``: how many leading blocks of the path of pieces ``(starts, lens)`` each
-        replica's book holds, for the replicas where ``k >= 1`` (the others hold 0).
+        replica's book holds, for the replicas where ``k >= 1`` (the others hold 0); equal to
+        :meth:`BookHolders.depths` of the same ids (checked in tests/test_router_incremental.py).
+        See :func:`piece_depths`."""
+        return piece_depths(self.runs, starts, lens)
 
-        One walk over the pieces, visiting at each piece only the replicas that held every
-        earlier piece whole; equal to :meth:`BookHolders.depths` of the same ids (checked in
-        tests/test_router_incremental.py).
-        """
-        out: dict[int, int] = {}
-        if not starts:
-            return out
-        runs = self.runs
-        d = runs.get(starts[0])
-        if not d:
-            return out
-        ln = lens[0]
-        alive = []
-        for r, c in d.items():
-            if c >= ln:
-                alive.append(r)
-            else:
-                out[r] = c
-        pos = ln
-        for k in range(1, len(starts)):
-            if not alive:
-                return out
-            d = runs.get(starts[k])
-            if not d:
-                break
-            ln = lens[k]
-            nxt = []
-            for r in alive:
-                c = d.get(r, 0)
-                if c >= ln:
-                    nxt.append(r)
-                else:
-                    out[r] = pos + c
-            alive = nxt
-            pos += ln
-        for r in alive:
-            out[r] = pos
+
+def piece_depths(runs: dict, starts, lens) -> dict[int, int]:
+    """``{replica: k}`` for a map ``runs`` of ``{first id of a run: {replica: leading ids of that
+    run it holds}}``: how many leading ids of the path of pieces ``(starts, lens)`` (each piece a
+    run of consecutive ids starting at ``starts[k]``, ``lens[k]`` long) each replica holds, for the
+    replicas where ``k >= 1``.
+
+    One walk over the pieces, visiting at each piece only the replicas that held every earlier
+    piece whole. Used by :class:`RunBook` (``kv_aware``'s book of active blocks) and by
+    ``llm_d``'s approximate index (its leading parts per run).
+    """
+    out: dict[int, int] = {}
+    if not starts:
         return out
+    d = runs.get(starts[0])
+    if not d:
+        return out
+    ln = lens[0]
+    alive = []
+    for r, c in d.items():
+        if c >= ln:
+            alive.append(r)
+        else:
+            out[r] = c
+    pos = ln
+    for k in range(1, len(starts)):
+        if not alive:
+            return out
+        d = runs.get(starts[k])
+        if not d:
+            break
+        ln = lens[k]
+        nxt = []
+        for r in alive:
+            c = d.get(r, 0)
+            if c >= ln:
+                nxt.append(r)
+            else:
+                out[r] = pos + c
+        alive = nxt
+        pos += ln
+    for r in alive:
+        out[r] = pos
+    return out
 
 
 def stretches(ids) -> tuple[list[int], list[int]]:

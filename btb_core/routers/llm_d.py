@@ -48,7 +48,7 @@ import numpy as np
 from ..errors import ConfigError
 from .base import Router, cached_blocks_all, kv_usage_all, queue_length_all
 from .cache_aware import parse_tiers
-from .holder_sets import leading_pieces, nested_depths, stretches
+from .holder_sets import leading_pieces, nested_depths, piece_depths, stretches
 from .params import RouterParam, check_range
 
 class LlmDRouter(Router):
@@ -369,43 +369,9 @@ class LlmDRouter(Router):
 
     def _lead_matches(self, pieces) -> dict[int, int]:
         """``{replica: leading ids of the path of pieces in its LRU}`` for the replicas holding
-        at least one, from the per-run leading parts (:meth:`_remember_pieces`): one walk over
-        the pieces, visiting at each only the replicas that held every earlier piece whole."""
-        out: dict[int, int] = {}
-        starts, lens = pieces
-        if not starts:
-            return out
-        lead = self._lead
-        d = lead.get(starts[0])
-        if not d:
-            return out
-        ln = lens[0]
-        alive = []
-        for r, c in d.items():
-            if c >= ln:
-                alive.append(r)
-            else:
-                out[r] = c
-        pos = ln
-        for k in range(1, len(starts)):
-            if not alive:
-                return out
-            d = lead.get(starts[k])
-            if not d:
-                break
-            ln = lens[k]
-            nxt = []
-            for r in alive:
-                c = d.get(r, 0)
-                if c >= ln:
-                    nxt.append(r)
-                else:
-                    out[r] = pos + c
-            alive = nxt
-            pos += ln
-        for r in alive:
-            out[r] = pos
-        return out
+        at least one, from the per-run leading parts (:meth:`_remember_pieces`), by
+        :func:`~btb_core.routers.holder_sets.piece_depths`."""
+        return piece_depths(self._lead, pieces[0], pieces[1])
 
     def _evict(self, replica: int) -> None:
         """Drop ``replica``'s least recently used blocks beyond the capacity."""
