@@ -462,23 +462,7 @@ def run_experiment(dataset, split: str = "test", policies=("cache_aware", "btb")
         gc.unfreeze()
         for bar in bars.values():
             bar.close()
-    win_rows, req_frames = [], []
-    for cell, out in zip(cells, results):
-        kind = kinds[cell.window]
-        m = out["metrics"]
-        win_rows.append({"setup": cell.setup, "scheduler": cell.scheduler, "policy": cell.policy,
-                         "window": cell.window, "kind": kind, **m})
-        r = out["requests"]
-        r.insert(0, "kind", kind)
-        r.insert(0, "window", cell.window)
-        r.insert(0, "policy", cell.policy)
-        r.insert(0, "scheduler", cell.scheduler)
-        r.insert(0, "setup", cell.setup)
-        req_frames.append(r)
-    del results
-    windows_df = pd.DataFrame(win_rows)
-    requests_df = pd.concat(req_frames, ignore_index=True)
-    del req_frames
+    windows_df, requests_df = _assemble(cells, results, kinds)
     result = ExperimentResult(pool(requests_df, windows_df), windows_df, requests_df,
                               info={"dataset": str(dataset), "split": split, "replicas": replicas,
                                     "seed": seed, "windows": nwin, "attention": attention})
@@ -486,6 +470,45 @@ def run_experiment(dataset, split: str = "test", policies=("cache_aware", "btb")
         result.info["continuous"] = _continuous(src, nwin, policies, setups, schedulers, replicas,
                                                 seed, router_params, attention)
     return result
+
+
+def _assemble(cells, results, kinds) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The per-window table and the per-request table of a replay, in cell order.
+
+    The per-request table is the cells' request frames concatenated, with the cell's ``setup``,
+    ``scheduler``, ``policy``, ``window`` and ``kind`` as its first columns. Those are built once
+    for the whole table (each value repeated over its cell's rows) rather than inserted into every
+    cell's frame and concatenated (five inserts per cell were ~1.6 ms, 3 s of a 2,100-cell
+    replay): the same table, value for value and dtype for dtype.
+    """
+    win_rows, req_frames = [], []
+    for cell, out in zip(cells, results):
+        win_rows.append({"setup": cell.setup, "scheduler": cell.scheduler, "policy": cell.policy,
+                         "window": cell.window, "kind": kinds[cell.window], **out["metrics"]})
+        req_frames.append(out["requests"])
+    windows_df = pd.DataFrame(win_rows)
+    lens = np.fromiter((len(r) for r in req_frames), dtype=np.int64, count=len(req_frames))
+    requests_df = pd.concat(req_frames, ignore_index=True)
+    del req_frames
+    for name in ("kind", "window", "policy", "scheduler", "setup"):
+        per_cell = [kinds[c.window] for c in cells] if name == "kind" else [getattr(c, name) for c in cells]
+        requests_df.insert(0, name, _repeat_strings(per_cell, lens))
+    return windows_df, requests_df
+
+
+def _repeat_strings(per_cell: list, lens: np.ndarray):
+    """``per_cell[c]`` repeated ``lens[c]`` times, as the column pandas makes of those strings
+    (its default ``str`` dtype). With Arrow-backed strings the column is one Arrow ``take`` of
+    the distinct values (converting a million Python strings one by one took ~0.15 s)."""
+    dtype = pd.Series(np.array(["x"], dtype=object)).dtype
+    if getattr(dtype, "storage", None) == "pyarrow":
+        import pyarrow as pa
+
+        uniq = list(dict.fromkeys(per_cell))
+        code = {v: k for k, v in enumerate(uniq)}
+        idx = np.repeat(np.array([code[v] for v in per_cell], dtype=np.int64), lens)
+        return pd.array(pa.array(uniq, type=pa.large_string()).take(pa.array(idx)), dtype=dtype)
+    return np.repeat(np.array(per_cell, dtype=object), lens)
 
 
 def _cache_lookup(dataset, split, cells, results) -> tuple | None:

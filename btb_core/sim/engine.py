@@ -428,6 +428,7 @@ class Simulator:
             rep = replicas[r]
             job.replica = r
             rep.waiting.append(job)
+            rep.queued_tokens += req.input_length
             q_time.append(next_arrival)
             q_replica.append(r)
             q_len.append(len(rep.waiting))
@@ -563,6 +564,7 @@ class Simulator:
         rep = self.replicas[r]
         job.replica = r
         rep.waiting.append(job)
+        rep.queued_tokens += req.input_length
         self.sample_queue(rep)
         if not rep.busy:
             if not rep.kick_pending:
@@ -613,6 +615,7 @@ class Simulator:
         if rep.op_kind == "prefill":
             lost.append(rep.op_data)
         rep.waiting.clear()
+        rep.queued_tokens = 0
         rep.prefilling = []
         rep.decode_heap = []
         rep.n_decode = rep.ctx_tokens = rep.in_op = 0
@@ -789,6 +792,7 @@ class Simulator:
         self.preemptions += 1
         self.preempted_tokens += kv_tokens
         rep.waiting.appendleft(job)
+        rep.queued_tokens += job.req.input_length
         self.sample_queue(rep)
         self._no_admit = rep
 

@@ -62,12 +62,13 @@ class Replica:
     __slots__ = ("idx", "cache", "waiting", "prefilling", "decode_heap", "n_decode", "ctx_tokens",
                  "steps_done", "busy", "op_kind", "op_token", "op_start_s", "op_data",
                  "paused_until", "in_op", "copy_marks", "copy_lengths",
-                 "egress_free_s", "ingress_free_s", "kick_pending", "holds", "epoch")
+                 "egress_free_s", "ingress_free_s", "kick_pending", "holds", "epoch", "queued_tokens")
 
     def __init__(self, idx, cache):
         self.idx = idx
         self.cache = cache
         self.waiting = deque()
+        self.queued_tokens = 0        # sum of job.req.input_length over waiting (kept with it)
         self.prefilling = []          # chunked: admitted, prefill not finished (FIFO)
         self.decode_heap = []         # (target_step, seq, job)
         self.n_decode = 0

@@ -122,7 +122,7 @@ class ClusterView:
     def queued_prompt_tokens(self, replica: int) -> int:
         """Prompt tokens (sum of ``input_length``) of the requests waiting on ``replica``, >= 0
         (SGLang's ``get_load`` adds them to the KV tokens in use)."""
-        return sum(job.req.input_length for job in self._replicas[replica].waiting)
+        return self._replicas[replica].queued_tokens   # kept with the queue (Replica.queued_tokens)
 
     def kv_usage(self, replica: int) -> float:
         """Fraction in [0, 1] of ``replica``'s HBM KV budget (blocks) held by running requests'

@@ -60,6 +60,7 @@ class Chunked(Scheduler):
                 del waiting[i]
             else:
                 waiting.popleft()
+            rep.queued_tokens -= job.req.input_length
             admitted = True
             rep.prefilling.append(job)
             loads += job.load_s

@@ -47,6 +47,7 @@ class PrefillFirst(Scheduler):
                     del waiting[i]
                 else:
                     waiting.popleft()
+                rep.queued_tokens -= job.req.input_length
                 t, r, q = sim.queue_samples      # (Simulator.sample_queue, inlined)
                 t.append(sim.now)
                 r.append(rep.idx)
