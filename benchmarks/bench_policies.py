@@ -125,6 +125,14 @@ def _run(args: dict) -> dict:
     return row
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when inside it (no machine paths in the JSON)."""
+    try:
+        return str(path.resolve().relative_to(HERE.parent))
+    except ValueError:
+        return str(path)
+
+
 def _machine() -> dict:
     return {"cpus": os.cpu_count(), "python": platform.python_version(),
             "platform": platform.platform(), "load_average_start": [round(x, 2) for x in os.getloadavg()]}
@@ -171,7 +179,7 @@ def _summarise(rows: list[dict], a, machine: dict, final: bool, fleet: dict | No
                                              if small else None)
     machine["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     payload = {"machine": machine, "complete": final,
-               "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+               "args": {k: (_shown(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
                "cases": rows, "fleet": fleet}
     out = a.out or HERE / "results_policies.json"
     if not final:
