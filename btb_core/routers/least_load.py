@@ -92,21 +92,9 @@ class SpreadLoad(InFlightLoad):
     def add(self, request, replica: int) -> None:
         loads = self.loads
         old = loads[replica]
-        new = old + 1
-        loads[replica] = new
+        loads[replica] = old + 1
         self._pending[request.index] = (replica, 1)
-        seen = self._seen
-        if seen[replica] != old:   # the list was rewritten from outside: recount
-            self._recount()
-            return
-        seen[replica] = new
-        count = self._count
-        count[old] -= 1
-        count[new] = count.get(new, 0) + 1
-        if new > self.hi:
-            self.hi = new
-        if old == self.lo and not count[old]:
-            self.lo = new
+        self._move(replica, old, old + 1)
 
     def finish(self, request, replica=None) -> None:
         """Remove ``request``'s load (``replica`` is ignored: the signature of a router's
@@ -117,8 +105,12 @@ class SpreadLoad(InFlightLoad):
         replica = entry[0]
         loads = self.loads
         old = loads[replica]
-        new = old - 1
-        loads[replica] = new
+        loads[replica] = old - 1
+        self._move(replica, old, old - 1)
+
+    def _move(self, replica: int, old: int, new: int) -> None:
+        """``replica``'s load went from ``old`` to ``new`` (one up or one down): move it between
+        the per-value counts and follow the extremes."""
         seen = self._seen
         if seen[replica] != old:   # the list was rewritten from outside: recount
             self._recount()
@@ -127,10 +119,15 @@ class SpreadLoad(InFlightLoad):
         count = self._count
         count[old] -= 1
         count[new] = count.get(new, 0) + 1
-        if new < self.lo:
-            self.lo = new
-        if old == self.hi and not count[old]:
+        if new > self.hi:
             self.hi = new
+        elif new < self.lo:
+            self.lo = new
+        if not count[old]:         # the last replica at ``old`` left it: ``new`` is the next value
+            if old == self.lo:
+                self.lo = new
+            elif old == self.hi:
+                self.hi = new
 
     def drop_replica(self, replica: int) -> None:
         super().drop_replica(replica)

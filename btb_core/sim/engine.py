@@ -30,9 +30,8 @@ from .replica import DecodeModel, Job, Replica
 from .request import Request
 from .schedulers import SCHEDULERS
 from .view import ClusterView
-
-_TRANSFER, _OP, _ARRIVAL, _KICK, _SNAP = 0, 1, 2, 3, 4
-_CLUSTER = 1.5   # cluster events: after operation ends, before arrivals at the same instant
+from .priorities import (ARRIVAL as _ARRIVAL, CLUSTER as _CLUSTER, KICK as _KICK, OP as _OP,
+                         SNAP as _SNAP, TRANSFER as _TRANSFER)
 
 
 def _column(trace, name: str):

@@ -14,9 +14,8 @@ from __future__ import annotations
 import heapq
 
 from ...cost import CostModel
+from ..priorities import OP as _OP
 from .base import Scheduler
-
-_OP = 1   # the engine's priority of a replica operation's end (btb_core.sim.engine)
 
 
 class PrefillFirst(Scheduler):
