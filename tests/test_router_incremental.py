@@ -296,7 +296,8 @@ def test_run_book_equals_a_refcount_per_id(ops, queries, cut):
     from the ids are the block index's."""
     import numpy as np
 
-    from btb_core.routers.holder_sets import RunBook, leading_pieces, stretches
+    from btb_core.routers.holder_sets import RunBook, leading_pieces
+    from btb_core.routers.pending_runs import runs_of_ids
     from btb_core.sim.blocks import BlockIndex
 
     paths = interned([chain(p) for _, _, p in ops] + [chain(q) for q in queries])
@@ -305,7 +306,7 @@ def test_run_book_equals_a_refcount_per_id(ops, queries, cut):
     offsets = np.cumsum([0] + [len(p) for p in paths + qpaths])
     index = BlockIndex(flat, offsets)
     for p in paths + qpaths:
-        assert stretches(p) == index.path_pieces(p)
+        assert runs_of_ids(p) == index.path_pieces(p)
     book = RunBook(3)
     booked: list = []
     ref = [dict() for _ in range(3)]
@@ -314,7 +315,7 @@ def test_run_book_equals_a_refcount_per_id(ops, queries, cut):
             new = sum(1 for h in ids if h not in ref[r])
             for h in ids:
                 ref[r][h] = ref[r].get(h, 0) + 1
-            assert book.add(r, *stretches(ids)) == new
+            assert book.add(r, *runs_of_ids(ids)) == new
             booked.append((r, ids))
         else:
             r0, ids0 = booked.pop(len(ids) % len(booked))
@@ -324,7 +325,7 @@ def test_run_book_equals_a_refcount_per_id(ops, queries, cut):
                 if not ref[r0][h]:
                     del ref[r0][h]
                     gone += 1
-            assert book.remove(r0, *stretches(ids0)) == gone
+            assert book.remove(r0, *runs_of_ids(ids0)) == gone
         for s in range(3):
             held = {h for run, k in book.held(s).items() for h in range(run, run + k)}
             assert held == set(ref[s])
@@ -337,7 +338,7 @@ def test_run_book_equals_a_refcount_per_id(ops, queries, cut):
                     k += 1
                 if k:
                     want[s] = k
-            assert book.depths(*leading_pieces(*stretches(q), cut)) == want
+            assert book.depths(*leading_pieces(*runs_of_ids(q), cut)) == want
 
 
 def test_run_book_falls_back_to_the_next_longest_piece():
@@ -369,11 +370,11 @@ def test_llm_d_remember_by_pieces_equals_block_by_block(ops, capacity, fail_ever
     same evictions, as accessing it id by id; the per-run leading parts are exactly the ids each
     LRU holds contiguously from each run's start, and the matches from them equal the per-id
     running AND."""
-    from btb_core.routers.holder_sets import stretches
+    from btb_core.routers.pending_runs import runs_of_ids
     from btb_core.routers.llm_d import LlmDRouter
 
     paths = interned([chain(p) for _, p in ops])
-    runs = sorted({s for ids in paths for s in stretches(ids)[0]})
+    runs = sorted({s for ids in paths for s in runs_of_ids(ids)[0]})
     fast, slow = LlmDRouter(lru_capacity_blocks=capacity), LlmDRouter(lru_capacity_blocks=capacity)
     fast.reset(_View())
     slow.reset(_View())
@@ -382,7 +383,7 @@ def test_llm_d_remember_by_pieces_equals_block_by_block(ops, capacity, fail_ever
         if i % fail_every == fail_every - 1:  # now and then a replica fails: its index is gone
             fast.on_replica_removed(r, True)
             slow.on_replica_removed(r, True)
-        fast._remember_pieces(r, stretches(ids))
+        fast._remember_pieces(r, runs_of_ids(ids))
         slow._remember(r, ids)
         assert [fast.lru_blocks(s) for s in range(3)] == [list(x) for x in slow._lru]
         assert fast._size == [len(x) for x in slow._lru]
@@ -396,7 +397,7 @@ def test_llm_d_remember_by_pieces_equals_block_by_block(ops, capacity, fail_ever
                     want.setdefault(run, {})[s] = k - run
         assert fast._lead == want
         for q in paths:
-            assert fast._lead_matches(stretches(q)) == slow._approx_matches(q)
+            assert fast._lead_matches(runs_of_ids(q)) == slow._approx_matches(q)
 
 
 def test_llm_d_lead_after_an_evicted_first_id():

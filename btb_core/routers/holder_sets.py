@@ -155,7 +155,7 @@ class RunBook:
     A path is given by its pieces ``(starts, lens)``: piece ``k`` is ids ``starts[k] ..
     starts[k] + lens[k] - 1``, a leading part of the run (maximal stretch of consecutive chained
     ids) that starts at ``starts[k]`` (:meth:`btb_core.sim.blocks.BlockIndex.path_pieces`, or
-    :func:`stretches` of the ids). Chained ids give every id one parent, so any path holding id
+    :func:`~btb_core.routers.pending_runs.runs_of_ids` of the ids). Chained ids give every id one parent, so any path holding id
     ``s + j`` of a run holds ``s .. s + j`` as well: a book of whole root paths holds, of every run,
     a leading part, as long as the longest piece booked there. One length per (run, replica) then
     says what the book holds, and a path's match is one walk over its pieces (as
@@ -306,24 +306,6 @@ def piece_depths(runs: dict, starts, lens) -> dict[int, int]:
     return out
 
 
-def stretches(ids) -> tuple[list[int], list[int]]:
-    """``(starts, lens)`` of the maximal stretches of consecutive ints in ``ids``: for chained
-    ids (every id has one parent), the same pieces as
-    :meth:`btb_core.sim.blocks.BlockIndex.path_pieces` (a piece never continues where the one
-    before it ended, since its first id's parent is not the id just below it)."""
-    starts: list[int] = []
-    lens: list[int] = []
-    prev = None
-    for h in ids:
-        if prev is not None and h == prev + 1:
-            lens[-1] += 1
-        else:
-            starts.append(h)
-            lens.append(1)
-        prev = h
-    return starts, lens
-
-
 def leading_pieces(starts, lens, n: int) -> tuple[list[int], list[int]]:
     """The pieces of a path's first ``n`` blocks (``n`` at least the path's length: the path)."""
     out_s: list[int] = []
@@ -417,4 +399,4 @@ def _bits(mask: int):
 
 
 __all__ = ["BookHolders", "RunBook", "leading_held", "leading_pieces", "nested_depths",
-           "set_bit_nested", "stretches"]
+           "set_bit_nested"]

@@ -50,7 +50,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from .base import Router, cached_block_count_all, cached_blocks_all
-from .holder_sets import RunBook, leading_pieces, stretches
+from .holder_sets import RunBook, leading_pieces
+from .pending_runs import runs_of_ids
 from .cache_aware import parse_tiers
 from .params import RouterParam, check_range
 
@@ -134,7 +135,7 @@ class KvAwareRouter(Router):
         self._active_len = np.zeros(n, np.int64)          # self._book.sizes, as an array
         # request index -> (replica, pieces of its full blocks)
         self._active_booked: dict[int, tuple[int, list, list]] = {}
-        # the simulator's view hands over a request's pieces; other views: stretches of its ids
+        # the simulator's view hands over a request's pieces; other views: the runs of its ids
         self._request_pieces = getattr(view, "request_pieces", None)
         self._cached_pieces = getattr(view, "cached_blocks_all_pieces", None)
         #: Requests held in the router queue (FCFS), when ``router_queue_threshold`` is set.
@@ -149,7 +150,7 @@ class KvAwareRouter(Router):
             pieces = f(request)
             if pieces is not None:
                 return pieces
-        return stretches(request.hash_ids)
+        return runs_of_ids(request.hash_ids)
 
     def _inputs(self, request) -> tuple:
         """What the logits of one request depend on: ``(isl, block tokens, ceil(isl / block),

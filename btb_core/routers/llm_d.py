@@ -48,7 +48,8 @@ import numpy as np
 from ..errors import ConfigError
 from .base import Router, cached_blocks_all, kv_usage_all, queue_length_all
 from .cache_aware import parse_tiers
-from .holder_sets import leading_pieces, nested_depths, piece_depths, stretches
+from .holder_sets import leading_pieces, nested_depths, piece_depths
+from .pending_runs import runs_of_ids
 from .params import RouterParam, check_range
 
 class LlmDRouter(Router):
@@ -162,7 +163,7 @@ class LlmDRouter(Router):
             return None
         pieces = f(request)
         if pieces is None:       # not a root path of the trace: its stretches of ids
-            return stretches(self._prefix_blocks(request))
+            return runs_of_ids(self._prefix_blocks(request))
         n = min(request.full_blocks, self.max_prefix_blocks)
         starts, lens = pieces
         if n >= sum(lens):
@@ -178,7 +179,7 @@ class LlmDRouter(Router):
         if pieces is None:
             if self._by_pieces:                    # the index is kept by pieces
                 pieces = (self._prefix_pieces(request) if blocks is None
-                          else stretches(tuple(blocks)))
+                          else runs_of_ids(tuple(blocks)))
             elif blocks is None:
                 blocks = self._prefix_blocks(request)
         out = np.zeros((n, 5))
@@ -406,7 +407,7 @@ class LlmDRouter(Router):
     def apply_index_updates(self, updates: list) -> None:
         for replica, blocks in updates:
             if self._by_pieces:
-                self._remember_pieces(replica, stretches(blocks))
+                self._remember_pieces(replica, runs_of_ids(blocks))
             else:
                 self._remember(replica, blocks)
 
