@@ -109,6 +109,16 @@ class CostModel:
         simulator adds it once to every ``chunked`` iteration, ``prefill_first`` prefill and decode
         step; :meth:`prefill_s` and :meth:`decode_step_s` exclude it. 0 on the GPU presets
         (negligible next to 70B-model steps); fitted on the CPU engine, where it dominates.
+    context_s_per_token : float, default 0.0
+        Seconds per token of context already in the KV cache when a prefill chunk starts, per
+        chunk, >= 0: per-sequence work that grows with the cached context and that the FLOP terms
+        miss (on the CPU engine, the attention kernel's reads of the cached KV and the front end's
+        handling of the whole prompt on the same core; see
+        ``benchmarks/engine_context_cost.py``). The simulator adds ``context_s_per_token x C`` to a
+        ``chunked`` iteration for each of its prefill chunks (``C`` = that request's tokens
+        already computed or cached) and to a ``prefill_first`` prefill (``C`` = its cached
+        tokens); :meth:`prefill_s` excludes it (:meth:`context_s` gives it). 0 on the GPU presets
+        (no measurement); fitted on the CPU engine (:func:`btb_core.engine.calibrate.fit_cost`).
 
     Raises
     ------
@@ -132,6 +142,7 @@ class CostModel:
                                                  hash=False)
     attention_mfu: float | None = None
     step_overhead_s: float = 0.0
+    context_s_per_token: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelSpec):
@@ -150,6 +161,10 @@ class CostModel:
         so = self.step_overhead_s
         if not isinstance(so, (int, float)) or isinstance(so, bool) or not 0.0 <= so < float("inf"):
             raise ConfigError(f"CostModel: field step_overhead_s must be >= 0 seconds, got {so!r}")
+        cs = self.context_s_per_token
+        if not isinstance(cs, (int, float)) or isinstance(cs, bool) or not 0.0 <= cs < float("inf"):
+            raise ConfigError("CostModel: field context_s_per_token must be >= 0 seconds, "
+                              f"got {cs!r}")
         latency = dict(DEFAULT_SETUP_LATENCY_S)
         for tier, value in dict(self.setup_latency_s).items():
             if tier not in TIERS:
@@ -213,6 +228,11 @@ class CostModel:
         cached_tokens = _tokens("cached_tokens", cached_tokens)
         return (self._lin_flops_per_token * s
                 + self._attn_coeff * (s * cached_tokens + 0.5 * s * s)) * self._inv_flops_per_s
+
+    def context_s(self, cached_tokens: float) -> float:
+        """Seconds of a prefill chunk's context term: ``context_s_per_token x cached_tokens``
+        (see the class docstring; 0 unless the field is set)."""
+        return _tokens("cached_tokens", cached_tokens) * self.context_s_per_token
 
     def decode_step_s(self, batch: int, context_tokens: float) -> float:
         """Seconds for one decode step of ``batch`` sequences holding ``context_tokens`` in total.
@@ -310,6 +330,8 @@ class CostModel:
             "prefill_us_per_token_linear": 1e6 * self._lin_flops_per_token * self._inv_flops_per_s,
             **({"attention_mfu": self.attention_mfu} if self.attention_mfu is not None else {}),
             **({"step_overhead_s": self.step_overhead_s} if self.step_overhead_s else {}),
+            **({"context_s_per_token": self.context_s_per_token}
+               if self.context_s_per_token else {}),
         }
 
 

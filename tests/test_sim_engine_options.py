@@ -132,21 +132,27 @@ def test_prompt_text_shares_exactly_the_shared_blocks():
 def test_fit_recovers_known_coefficients():
     from btb_core.engine.calibrate import design_row, fit_cost
 
-    truth = np.array([0.02, 0.015, 2e-5, 3e-9])
+    truth = np.array([0.02, 0.015, 2e-5, 3e-9, 2.5e-6])
     rows = []
     for n in (128, 512, 1024, 2048, 3072, 4096, 6144):
         rows.append({"kind": "cold", "new_tokens": n, "cached_tokens": 0, "input_length": n})
-    for c, s in ((1024, 256), (2048, 1024), (4096, 2048)):
+    for c, s in ((1024, 256), (2048, 1024), (4096, 2048), (1024, 32), (2048, 64), (4096, 32)):
         rows.append({"kind": "cached", "new_tokens": s, "cached_tokens": c, "input_length": c + s})
     df = pd.DataFrame(rows)
     df["ttft_s"] = [float(np.dot(design_row(r.new_tokens, r.cached_tokens), truth)) for r in df.itertuples()]
     fit = fit_cost(df)
-    got = [fit.frontend_s, fit.step_overhead_s, fit.linear_s_per_token, fit.attention_s_per_pair]
+    got = [fit.frontend_s, fit.step_overhead_s, fit.linear_s_per_token, fit.attention_s_per_pair,
+           fit.context_s_per_token]
     assert got == pytest.approx(truth.tolist(), rel=1e-6)
     # the cost model reproduces the coefficients: one chunk of S after C, minus the overhead
     cm = fit.cost
     assert cm.prefill_s(1000, 3000) == pytest.approx(2e-5 * 1000 + 3e-9 * (1000 * 3000 + 5e5), rel=1e-9)
     assert cm.step_overhead_s == pytest.approx(0.015)
+    assert cm.context_s(3000) == pytest.approx(2.5e-6 * 3000, rel=1e-12)
+    # a request with 32 new tokens after 4,096 cached: without the context term the fit is far off
+    lone = fit.predict_ttft_s([32], [4096])[0]
+    assert lone == pytest.approx(0.02 + 0.015 + 2e-5 * 32 + 3e-9 * (32 * 4096 + 512) + 2.5e-6 * 4096)
+    assert 2.5e-6 * 4096 / lone > 0.2
 
 
 def test_simulated_engine_matches_fitted_model_for_lone_requests():
@@ -154,13 +160,31 @@ def test_simulated_engine_matches_fitted_model_for_lone_requests():
     from btb_core.engine.calibrate import fitted_engine
     from btb_core.engine.validate import FixedAssignment, engine_cluster_config
 
-    fit = fitted_engine(0.02, 0.015, 2e-5, 3e-9)
+    fit = fitted_engine(0.02, 0.015, 2e-5, 3e-9, context_s_per_token=2e-6)
     rows = [req(0.0, 1, 4992, 5000, 2), req(100.0, 1, 4992, 5300, 3)]
     tr = trace_of(rows)
     res = simulate(tr, FixedAssignment([0, 0]), engine_cluster_config(fit, 1)).requests
     expect = fit.predict_ttft_s([5000, 5300 - 4992], [0, 4992])
     assert (res["ttft_s"].to_numpy() + fit.frontend_s) == pytest.approx(expect, rel=1e-9)
     assert res["reused_tokens"].tolist() == [0, 4992]
+
+
+def test_prefill_first_adds_the_context_term_once_per_prefill():
+    # prefill_first runs a request's whole prefill as one operation: its context term is
+    # context_s_per_token x its cached tokens (one chunk), on top of prefill_s and the overhead
+    import dataclasses
+
+    from btb_core.engine.calibrate import fitted_engine
+    from btb_core.engine.validate import FixedAssignment, engine_cluster_config
+
+    fit = fitted_engine(0.0, 0.015, 2e-5, 3e-9, context_s_per_token=2e-6)
+    rows = [req(0.0, 1, 4992, 5000, 2), req(100.0, 1, 4992, 5300, 3)]
+    cfg = dataclasses.replace(engine_cluster_config(fit, 1), scheduler="prefill_first")
+    res = simulate(trace_of(rows), FixedAssignment([0, 0]), cfg).requests
+    cm = fit.cost
+    second = cm.prefill_s(5300 - 4992, 4992) + 0.015 + 2e-6 * 4992
+    assert res["ttft_s"].iloc[1] == pytest.approx(second, rel=1e-12)
+    assert res["ttft_s"].iloc[0] == pytest.approx(cm.prefill_s(5000, 0) + 0.015, rel=1e-12)
 
 
 def test_shipped_validation_trace_is_the_generator_output(tmp_path):
@@ -200,11 +224,11 @@ def test_cli_validate_engine_bad_options_one_line(argv, match, capsys):
 def test_fit_with_decode_row_pins_the_step_overhead():
     from btb_core.engine.calibrate import _decode_memory_s, design_row, fit_cost
 
-    truth = np.array([0.05, 0.03, 4e-4, 2e-7])
+    truth = np.array([0.05, 0.03, 4e-4, 2e-7, 3e-6])
     rows = [{"kind": "cold", "new_tokens": n, "cached_tokens": 0, "input_length": n}
             for n in (256, 1024, 2048, 3072)]
     rows += [{"kind": "cached", "new_tokens": s, "cached_tokens": c, "input_length": c + s}
-             for c, s in ((1024, 256), (2048, 512))]
+             for c, s in ((1024, 256), (2048, 512), (2048, 32))]
     df = pd.DataFrame(rows)
     df["ttft_s"] = [float(np.dot(design_row(r.new_tokens, r.cached_tokens), truth)) for r in df.itertuples()]
     df["tpot_s"] = np.nan
@@ -212,8 +236,8 @@ def test_fit_with_decode_row_pins_the_step_overhead():
                          "ttft_s": 0.3, "tpot_s": 0.03 + _decode_memory_s()}])
     fit = fit_cost(pd.concat([df, dec], ignore_index=True))
     assert fit.step_overhead_s == pytest.approx(0.03, rel=1e-9)
-    got = [fit.frontend_s, fit.linear_s_per_token, fit.attention_s_per_pair]
-    assert got == pytest.approx([0.05, 4e-4, 2e-7], rel=1e-6)
+    got = [fit.frontend_s, fit.linear_s_per_token, fit.attention_s_per_pair, fit.context_s_per_token]
+    assert got == pytest.approx([0.05, 4e-4, 2e-7, 3e-6], rel=1e-6)
     assert fit.cost.mbu == pytest.approx(1.0)
 
 
@@ -238,8 +262,8 @@ def test_each_server_count_gets_the_fit_of_its_own_calibration(tmp_path):
     from btb_core.engine.calibrate import calibration_for, fit_by_busy
     from btb_core.engine.validate import ValidationResult, load_result, save_result
 
-    alone = np.array([0.02, 0.015, 2e-5, 3e-9])
-    loaded = np.array([0.02, 0.015, 2.6e-5, 3.9e-9])  # both terms 30 % slower
+    alone = np.array([0.02, 0.015, 2e-5, 3e-9, 0.0])
+    loaded = np.array([0.02, 0.015, 2.6e-5, 3.9e-9, 0.0])  # both terms 30 % slower
     calib = pd.concat([_synthetic_calibration(alone, 1), _synthetic_calibration(loaded, 2, 0),
                        _synthetic_calibration(loaded, 2, 1)], ignore_index=True)
     assert len(calibration_for(calib, 1)) == 10 and len(calibration_for(calib, 2)) == 20
@@ -320,7 +344,7 @@ def test_rescore_keeps_repeats_apart_and_pools_them():
     from btb_core.engine.validate import (REAL_COLUMNS, ValidationResult, head,
                                           load_validation_trace, rescore)
 
-    calib = _synthetic_calibration(np.array([0.02, 0.015, 4e-4, 3e-7]), 1)
+    calib = _synthetic_calibration(np.array([0.02, 0.015, 4e-4, 3e-7, 0.0]), 1)
     fit = cal.fit_cost(calib)
     tr = head(load_validation_trace(), 6)
     t = tr.table

@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-requests", type=int, default=None, metavar="N",
                    help="replay only the first N requests of the trace")
     p.add_argument("--quick-calibration", action="store_true",
-                   help="calibrate on fewer, shorter requests (4 cold lengths, 2 cached points)")
+                   help="calibrate on fewer, shorter requests (4 cold lengths, 3 cached points)")
     p.add_argument("--seed", type=int, default=0, help="router seed and text salt (default 0)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="also write calibration.csv, requests.csv and summary.json there")

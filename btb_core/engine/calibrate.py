@@ -6,15 +6,22 @@ engine's chunk budget): a request alone on the engine is prefilled in chunks of 
 ``chunk_tokens`` tokens, one engine step each; chunk ``j`` computes ``S_j`` new tokens after
 ``C_j`` tokens already in the KV cache, so
 
-``TTFT = frontend_s + sum_j [ step_overhead_s + a x S_j + b x (S_j x C_j + S_j^2 / 2) ]``
+``TTFT = frontend_s + sum_j [ step_overhead_s + a x S_j + b x (S_j x C_j + S_j^2 / 2) + e x C_j ]``
 
-with ``a`` = seconds per token of the linear (matmul) work and ``b`` = seconds per (query, key)
-pair of causal attention. ``frontend_s`` is what the engine's step loop does not see: HTTP,
+with ``a`` = seconds per token of the linear (matmul) work, ``b`` = seconds per (query, key)
+pair of causal attention and ``e`` = seconds per token of context already in the KV cache, per
+chunk (``CostModel.context_s_per_token``): work that grows with a request's cached context but not
+with its new tokens. Measured on this engine (``benchmarks/engine_context_cost.py``: bursts of
+requests with 32-256 new tokens after 512-4,096 cached ones), ``a`` and ``b`` alone under-predict
+a request with few new tokens after a long cached context by up to ~40%; ``e`` of ~2-3 us per
+cached token takes the misfit to a few percent. Part of it is the API-server process (tokenising
+and handling the whole prompt, ~1.4 us per prompt token, on the same core as the engine), part the
+engine's worker (reading the cached KV). ``frontend_s`` is what the engine's step loop does not see: HTTP,
 tokenisation, detokenisation and streaming of the first chunk. ``step_overhead_s`` is pinned by the
 measured time per output token of a lone request (its decode step is almost all overhead for so
 small a model), minus the weights' read time; the other three non-negative coefficients are a
 least-squares fit on relative error (each row divided by its measured TTFT) over every calibration
-request. (Without a decode measurement all four are fitted, and the overhead is poorly separated
+request, with ``e`` as a fourth coefficient. (Without a decode measurement all four are fitted, and the overhead is poorly separated
 from the front-end latency.) They map onto the cost model as
 
 ``mfu = 2 x P_matmul / (peak x a)``, ``attention_mfu = 4 x layers x heads x head_dim / (peak x b)``
@@ -48,10 +55,11 @@ NOMINAL_MEMORY_BYTES_PER_S = 20e9
 #: Default cold prompt lengths (tokens): 1 or 2 engine steps of 2,048 tokens.
 COLD_LENGTHS = (128, 512, 1024, 2048, 3072, 4096)
 #: Default (cached context, new tokens) pairs.
-CACHED_POINTS = ((1024, 256), (2048, 256), (4096, 256), (2048, 1024), (4096, 1024), (4096, 2048))
+CACHED_POINTS = ((1024, 256), (2048, 256), (4096, 256), (2048, 1024), (4096, 1024), (4096, 2048),
+                 (1024, 32), (2048, 64), (4096, 32))
 #: A shorter calibration (smoke test, notebook quick defaults): two lengths span two engine steps.
 QUICK_COLD_LENGTHS = (256, 1024, 2048, 3072)
-QUICK_CACHED_POINTS = ((1024, 256), (2048, 512))
+QUICK_CACHED_POINTS = ((1024, 256), (2048, 512), (2048, 32))
 
 
 def chunk_steps(new_tokens: int, cached_tokens: int, chunk_tokens: int = ENGINE_CHUNK_TOKENS):
@@ -68,10 +76,10 @@ def chunk_steps(new_tokens: int, cached_tokens: int, chunk_tokens: int = ENGINE_
 
 
 def design_row(new_tokens: int, cached_tokens: int, chunk_tokens: int = ENGINE_CHUNK_TOKENS):
-    """Regressors ``[1, steps, sum S, sum (S C + S^2/2)]`` of one request alone."""
+    """Regressors ``[1, steps, sum S, sum (S C + S^2/2), sum C]`` of one request alone."""
     steps = chunk_steps(new_tokens, cached_tokens, chunk_tokens)
     return [1.0, float(len(steps)), float(sum(s for s, _ in steps)),
-            float(sum(s * c + 0.5 * s * s for s, c in steps))]
+            float(sum(s * c + 0.5 * s * s for s, c in steps)), float(sum(c for _, c in steps))]
 
 
 def measure(port: int, repeats: int = 2, cold_lengths=COLD_LENGTHS, cached_points=CACHED_POINTS,
@@ -137,6 +145,8 @@ class FittedEngine:
         ``a``: seconds per prefilled token of matmul work.
     attention_s_per_pair : float
         ``b``: seconds per causal (query, key) pair.
+    context_s_per_token : float
+        ``e``: seconds per token of cached context, per chunk (0 in fits made before it existed).
     cost : btb_core.cost.CostModel
         The simulator's cost model with these coefficients.
     kv_capacity_bytes : int
@@ -152,13 +162,14 @@ class FittedEngine:
     cost: CostModel
     kv_capacity_bytes: int
     tpot_s: float = float("nan")
+    context_s_per_token: float = 0.0
 
     def predict_ttft_s(self, new_tokens, cached_tokens=0, chunk_tokens: int = ENGINE_CHUNK_TOKENS):
         """Fitted TTFT of requests alone on the engine (arrays broadcast)."""
         new = np.atleast_1d(np.asarray(new_tokens, dtype=np.int64))
         cached = np.broadcast_to(np.asarray(cached_tokens, dtype=np.int64), new.shape)
         coef = np.array([self.frontend_s, self.step_overhead_s, self.linear_s_per_token,
-                         self.attention_s_per_pair])
+                         self.attention_s_per_pair, self.context_s_per_token])
         return np.array([np.dot(design_row(int(s), int(c), chunk_tokens), coef)
                          for s, c in zip(new, cached)])
 
@@ -166,7 +177,8 @@ class FittedEngine:
         return {"frontend_s": self.frontend_s, "step_overhead_s": self.step_overhead_s,
                 "tpot_s": self.tpot_s,
                 "linear_s_per_token": self.linear_s_per_token,
-                "attention_s_per_pair": self.attention_s_per_pair, "mfu": self.cost.mfu,
+                "attention_s_per_pair": self.attention_s_per_pair,
+                "context_s_per_token": self.context_s_per_token, "mfu": self.cost.mfu,
                 "attention_mfu": self.cost.attention_mfu, "mbu": self.cost.mbu}
 
     @classmethod
@@ -174,11 +186,12 @@ class FittedEngine:
         """Inverse of :meth:`as_dict` (the cost model is rebuilt from the coefficients)."""
         return fitted_engine(d["frontend_s"], d["step_overhead_s"], d["linear_s_per_token"],
                              d["attention_s_per_pair"],
-                             float("nan") if d.get("tpot_s") is None else d["tpot_s"])
+                             float("nan") if d.get("tpot_s") is None else d["tpot_s"],
+                             float(d.get("context_s_per_token") or 0.0))
 
 
 def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Non-negative least squares by active-set elimination (4 unknowns: exhaustive subsets)."""
+    """Non-negative least squares by exhaustive active sets (a few unknowns: 2^n subsets)."""
     best, best_err = np.zeros(a.shape[1]), float(np.sum(y ** 2))
     n = a.shape[1]
     for mask in range(1, 1 << n):
@@ -193,10 +206,12 @@ def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     return best
 
 
-def fit_cost(calibration: pd.DataFrame, chunk_tokens: int = ENGINE_CHUNK_TOKENS) -> FittedEngine:
+def fit_cost(calibration: pd.DataFrame, chunk_tokens: int = ENGINE_CHUNK_TOKENS, *,
+             context_term: bool = True) -> FittedEngine:
     """Fit the step model of the module docstring to calibration rows (see :func:`measure`).
 
-    Uses the engine-reported ``cached_tokens`` of each row. Raises ValueError with fewer than four
+    Uses the engine-reported ``cached_tokens`` of each row. ``context_term=False`` fits the model
+    without ``e`` (as before it existed; for comparisons). Raises ValueError with fewer than four
     prefill rows.
     """
     rows = calibration[calibration["kind"] != "decode"]
@@ -204,6 +219,8 @@ def fit_cost(calibration: pd.DataFrame, chunk_tokens: int = ENGINE_CHUNK_TOKENS)
         raise ValueError(f"fit_cost needs >= 4 prefill calibration rows, got {len(rows)}")
     x = np.array([design_row(int(n), int(c), chunk_tokens)
                   for n, c in zip(rows["new_tokens"], rows["cached_tokens"])])
+    if not context_term:
+        x[:, 4] = 0.0
     y = rows["ttft_s"].to_numpy(dtype=float)
     dec = calibration[calibration["kind"] == "decode"]
     tpot = float(dec["tpot_s"].median()) if len(dec) else float("nan")
@@ -214,13 +231,13 @@ def fit_cost(calibration: pd.DataFrame, chunk_tokens: int = ENGINE_CHUNK_TOKENS)
         # a prompt fits one step).
         overhead = max(0.0, tpot - _decode_memory_s())
         y_left = y - overhead * x[:, 1]
-        keep = [0, 2, 3]
-        coef3 = _nnls(x[:, keep] / y[:, None], y_left / y)
-        frontend, a, b = (float(v) for v in coef3)
+        keep = [0, 2, 3, 4]
+        coef4 = _nnls(x[:, keep] / y[:, None], y_left / y)
+        frontend, a, b, e = (float(v) for v in coef4)
     else:
         coef = _nnls(x / y[:, None], np.ones_like(y))
-        frontend, overhead, a, b = (float(v) for v in coef)
-    return fitted_engine(frontend, overhead, a, b, tpot)
+        frontend, overhead, a, b, e = (float(v) for v in coef)
+    return fitted_engine(frontend, overhead, a, b, tpot, e)
 
 
 def _decode_memory_s() -> float:
@@ -229,9 +246,10 @@ def _decode_memory_s() -> float:
 
 
 def fitted_engine(frontend_s: float, step_overhead_s: float, linear_s_per_token: float,
-                  attention_s_per_pair: float, tpot_s: float = float("nan")) -> FittedEngine:
+                  attention_s_per_pair: float, tpot_s: float = float("nan"),
+                  context_s_per_token: float = 0.0) -> FittedEngine:
     """A :class:`FittedEngine` from its coefficients (``tpot_s``: measured seconds per output
-    token, for the decode ``mbu``; NaN keeps ``mbu = 1``)."""
+    token, for the decode ``mbu``; NaN keeps ``mbu = 1``; ``context_s_per_token``: ``e``)."""
     model = tiny_model_spec()
     kv_bytes = ENGINE_KV_SPACE_GIB * 2 ** 30
     lin = 2.0 * model.matmul_params_active
@@ -252,8 +270,9 @@ def fitted_engine(frontend_s: float, step_overhead_s: float, linear_s_per_token:
         mbu = min(1.0, model.active_weight_bytes
                   / (NOMINAL_MEMORY_BYTES_PER_S * (tpot_s - step_overhead_s)))
     cost = CostModel(model, node, mfu=mfu, mbu=mbu, attention=True, attention_mfu=attention_mfu,
-                     step_overhead_s=step_overhead_s)
-    return FittedEngine(frontend_s, step_overhead_s, a, b, cost, kv_bytes, float(tpot_s))
+                     step_overhead_s=step_overhead_s, context_s_per_token=float(context_s_per_token))
+    return FittedEngine(frontend_s, step_overhead_s, a, b, cost, kv_bytes, float(tpot_s),
+                        float(context_s_per_token))
 
 
 def measure_concurrent(ports, repeats: int = 2, cold_lengths=COLD_LENGTHS,

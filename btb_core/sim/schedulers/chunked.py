@@ -6,7 +6,8 @@ then of newly admitted ones. Its duration is ``max(compute, memory) + loads`` wh
 prefill-chunk FLOPs (with the causal attention term over the tokens already cached) + 2 x active
 params per decode token, over the node's peak x MFU; memory = (active weights + decode context KV)
 / (HBM bandwidth x MBU); loads = tier loads of the requests admitted in this step; plus the cost
-model's fixed ``step_overhead_s`` (0 on the GPU presets). With ``ClusterConfig.reuse_on =
+model's fixed ``step_overhead_s`` and its ``context_s_per_token`` x each chunk's tokens already
+computed or cached (both 0 on the GPU presets). With ``ClusterConfig.reuse_on =
 "scheduled"`` a chunk's complete blocks become reusable when it is planned (vLLM v1), else when the
 step ends. With no prefill work the replica decodes (the engine's ``"stretch"``) or is idle.
 """
@@ -86,6 +87,9 @@ class Chunked(Scheduler):
         compute = cost.compute_s(flops) + d.g * n_dec
         memory = d.a + d.c * rep.ctx_tokens
         duration = (compute if compute > memory else memory) + loads + cost.step_overhead_s
+        e = getattr(cost, "context_s_per_token", 0.0)
+        if e:     # per chunk: its request's tokens already in the KV cache when it starts
+            duration += e * sum(job.done_tokens for job, _ in chunks)
         sim.start_op(rep, "iter", duration, chunks)
 
     def op_done(self, sim, rep, kind: str, data) -> None:

@@ -4,7 +4,8 @@ FIFO skips requests waiting for a copy in flight (``sim.first_unheld``; holds ar
 :meth:`btb_core.sim.view.ClusterView.hold_prefix`).
 
 One admitted request's prefix load + prefill is one ``"prefill"`` operation that pauses decode; its
-duration is exactly ``cost.load_s(tier, reused tokens) + cost.prefill_s(new, cached)``. With no
+duration is exactly ``cost.load_s(tier, reused tokens) + cost.prefill_s(new, cached)`` plus the
+cost model's ``step_overhead_s`` and ``context_s(cached)`` (both 0 on the GPU presets). With no
 request to admit, the replica decodes its whole batch one token per step (the engine's
 ``"stretch"``), and is idle when nothing runs.
 """
@@ -62,7 +63,11 @@ class PrefillFirst(Scheduler):
                 rep.in_op += 1
                 if self._scheduled:
                     sim.complete(rep, job, req.input_length)
-                duration = job.load_s + compute + sim.cost.step_overhead_s
+                cost = sim.cost
+                duration = job.load_s + compute + cost.step_overhead_s
+                e = getattr(cost, "context_s_per_token", 0.0)
+                if e:
+                    duration += e * done
                 # (Simulator.start_op, inlined)
                 rep.busy = True
                 rep.op_kind = "prefill"
