@@ -6,6 +6,9 @@
   lazy stamps the run tree replaced. Random inserts and trims on several replicas must leave the
   same trees read block by block (times, ranks, children, sizes, holder masks, first holders,
   tokens, parents), evict the same blocks, and answer every query as the per-block index does.
+- :class:`~btb_core.routers.kv_aware.LogitKeys` orders kv_aware's replicas by integer keys; its
+  minimum-logit set must be the float logits' and the router's picks and random draws the same
+  with and without it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from hypothesis import strategies as st
 
 from btb_core.routers.prefix_tree import ApproxPrefixIndex
 from btb_core.routers.prefix_tree_blocks import BlockPrefixIndex
+from tests.test_routers_unit import BT as UNIT_BT, req, setup
 
 BT = 16
 
@@ -525,3 +529,105 @@ def test_prefix_tree_by_pieces_equals_the_tree_by_ids(ops, cuts, short):
                 for k in range(1, len(q) + 1):
                     assert tree.holder_mask_at(qp, k) == tree.holder_mask_at(q, k)
                     assert tree.first_holder_at(qp, k) == tree.first_holder_at(q, k)
+
+
+# -- LogitKeys: kv_aware's minimum-logit set from integer keys --------------------------------------
+def _plain_ties(prefill, sizes, isl, bt, found, book, nfull):
+    """The minimum-logit replicas, ascending, from the float logits of kv_aware's formula (weight
+    1), replica by replica."""
+    req_blocks = -(-isl // bt)
+    logits = []
+    for r in range(len(prefill)):
+        u = max(0, isl - min(found.get(r, 0), req_blocks) * bt)
+        logits.append(1.0 * ((prefill[r] + u) / bt) + (sizes[r] + nfull - book.get(r, 0)))
+    lo = min(logits)
+    return [r for r, x in enumerate(logits) if x == lo]
+
+
+@settings(max_examples=400, deadline=None)
+@given(n=st.integers(1, 12), bt_log=st.integers(0, 6), isl=st.integers(1, 300),
+       ops=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 600), st.integers(0, 30)),
+                    max_size=30),
+       found=st.dictionaries(st.integers(0, 11), st.integers(0, 40), max_size=12),
+       book=st.dictionaries(st.integers(0, 11), st.integers(1, 30), max_size=12),
+       nfull=st.integers(0, 40), poke=st.booleans())
+def test_logit_keys_ties_equal_the_minimum_of_the_float_logits(n, bt_log, isl, ops, found, book,
+                                                               nfull, poke):
+    """``LogitKeys`` (kv_aware's integer keys, kept per update) gives exactly the replicas, in
+    order, whose float logits equal their minimum, for every power-of-two block size and every
+    overlap (also past the request's blocks) and book match; updates and lists rewritten from
+    outside (as tests do) leave the keys equal to a recomputation; small ranges force ties."""
+    from btb_core.routers.kv_aware import LogitKeys
+
+    bt = 1 << bt_log
+    found = {r: v for r, v in found.items() if r < n}
+    book = {r: v for r, v in book.items() if r < n}
+    prefill, sizes = [0] * n, [0] * n
+    keys = LogitKeys(n)
+    assert keys.sync(prefill, sizes, bt)
+    for r, p, a in ops:
+        r %= n
+        prefill[r], sizes[r] = p, a
+        if poke and r % 2:          # rewritten without an update: sync notices
+            continue
+        keys.update(r, p, a)
+    assert keys.sync(prefill, sizes, bt)
+    assert keys.keys == [p + bt * a for p, a in zip(prefill, sizes)]
+    assert (keys.ties(isl, bt, -(-isl // bt), found, book)
+            == _plain_ties(prefill, sizes, isl, bt, found, book, nfull))
+
+
+def test_logit_keys_refuse_what_they_cannot_order_exactly():
+    """Block sizes that are not powers of two, and keys at the exactness bound, make ``sync``
+    return False (kv_aware then computes the float logits)."""
+    from btb_core.routers.kv_aware import _KEY_LIMIT, LogitKeys
+
+    keys = LogitKeys(2)
+    assert not keys.sync([0, 0], [0, 0], 24)
+    assert keys.sync([0, 0], [0, 0], 16)
+    keys.update(1, _KEY_LIMIT, 0)
+    assert keys.bt is None and not keys.sync([0, _KEY_LIMIT], [0, 0], 16)
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(1, 6), seed=st.integers(0, 3),
+       cache=st.lists(st.lists(st.integers(0, 5), max_size=6), min_size=6, max_size=6),
+       ops=st.lists(st.tuples(st.sampled_from(["route", "route", "prefill", "finish", "fail"]),
+                              st.lists(st.integers(0, 5), min_size=1, max_size=5),
+                              st.integers(0, 40), st.integers(0, 100)), max_size=30))
+def test_kv_aware_keyed_picks_equal_the_float_logits(n, seed, cache, ops):
+    """kv_aware with its integer-key shortcut and with the float logits only (the shortcut off)
+    pick the same replicas and draw the same random numbers over random routes, completed
+    prefills, finished requests and failed replicas (fake view: the prefix ids stand for
+    chained blocks)."""
+    from btb_core.routers.kv_aware import KvAwareRouter
+
+    routers, views = [], []
+    for keyed in (True, False):
+        router = KvAwareRouter()
+        view = setup(router, n=n, seed=seed)
+        router._keyed = keyed
+        for r in range(n):
+            view.cache[r]["hbm"].update(cache[r])
+        routers.append(router)
+        views.append(view)
+    live = []
+    for i, (op, ids, extra, k) in enumerate(ops):
+        if op == "route":
+            prefix = tuple(range(ids[0])) + tuple(100 + 10 * i + j for j in range(len(ids)))
+            r = req(i, prefix, input_length=len(prefix) * UNIT_BT - extra % UNIT_BT)
+            picks = [router.route(r) for router in routers]
+            assert picks[0] == picks[1]
+            live.append((r, picks[0]))
+        elif op in ("prefill", "finish") and live:
+            r, pick = live[k % len(live)]
+            if op == "finish":
+                live.remove((r, pick))
+            for router in routers:
+                getattr(router, f"on_{op}_done" if op == "prefill" else "on_request_finished")(
+                    r, pick)
+        elif op == "fail":
+            for router in routers:
+                router.on_replica_removed(k % n, True)
+        assert routers[0]._keys.bt in (None, UNIT_BT)
+        assert views[0].rng.random() == views[1].rng.random()

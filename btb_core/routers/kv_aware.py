@@ -63,6 +63,96 @@ _SCALAR_MAX = 96
 #: More tied replicas than this read every replica's tree size in one view call.
 _FEW_TIED = 8
 
+#: Integer keys (:class:`LogitKeys`) stay below this bound, so that every logit they stand for is
+#: an exact double (with a margin for the request's own terms, checked per request).
+_KEY_LIMIT = 1 << 52
+
+
+class LogitKeys:
+    """Per-replica integer keys ``prefill_tokens[r] + block_tokens * active_blocks[r]``, kept as
+    ``kv_aware``'s books change, that order the replicas as its logits do.
+
+    With ``overlap_score_weight == 1.0`` and ``block_tokens`` a power of two, replica ``r``'s logit
+    ``(P_r + u_r) / bt + (A_r + nfull - b_r)`` (``P_r`` booked prefill tokens, ``u_r`` the request's
+    uncached tokens there, ``A_r`` booked active blocks, ``b_r`` of them the request's, ``nfull``
+    its full blocks; module docstring) is ``K_r / bt`` exactly, ``K_r = P_r + u_r + bt * (A_r +
+    nfull - b_r)`` an integer of magnitude below 2**53 (keys and ``isl + bt * nfull`` below
+    2**52): the product by 1.0, a quotient by a power of two of an integer below 2**53 and its sum
+    with such an integer are exact doubles. Logits then compare (and tie) as the integers
+    ``K_r - isl - bt * nfull = key_r - (isl - u_r) - bt * b_r`` do, where only the replicas the
+    request touches (cached overlap or booked blocks) differ from ``key_r``.
+
+    Parameters
+    ----------
+    num_replicas : int
+
+    Attributes
+    ----------
+    keys : list[int]
+        ``keys[r] = prefill[r] + bt * sizes[r]`` for the lists last seen (:meth:`sync`).
+    bt : int or None
+        The block tokens of the keys; None = keys not valid (not synced, or a key reached
+        :data:`_KEY_LIMIT`).
+    """
+
+    __slots__ = ("keys", "bt", "_prefill", "_sizes")
+
+    def __init__(self, num_replicas: int) -> None:
+        self.keys = [0] * num_replicas
+        self.bt: int | None = None
+        self._prefill = [0] * num_replicas
+        self._sizes = [0] * num_replicas
+
+    def sync(self, prefill: list, sizes: list, bt: int) -> bool:
+        """Make the keys those of ``prefill``, ``sizes`` and ``bt`` (rebuilt only when ``bt``
+        changed or the lists differ from the copies of the last update, as when something else
+        rewrote them); False when they are not exact (``bt`` not a power of two, a key at or
+        above :data:`_KEY_LIMIT`)."""
+        if bt == self.bt and prefill == self._prefill and sizes == self._sizes:
+            return True
+        self._prefill = list(prefill)
+        self._sizes = list(sizes)
+        self.keys = [p + bt * a for p, a in zip(prefill, sizes)]
+        ok = bt > 0 and not bt & (bt - 1) and (not self.keys or max(self.keys) < _KEY_LIMIT)
+        self.bt = bt if ok else None
+        return ok
+
+    def update(self, replica: int, prefill: int, size: int) -> None:
+        """``replica``'s booked prefill tokens and active blocks are now ``prefill`` and ``size``."""
+        bt = self.bt
+        if bt is None:
+            return
+        k = prefill + bt * size
+        self.keys[replica] = k
+        self._prefill[replica] = prefill
+        self._sizes[replica] = size
+        if k >= _KEY_LIMIT:
+            self.bt = None
+
+    def ties(self, isl: int, bt: int, req_blocks: int, found: dict, book: dict) -> list[int]:
+        """The replicas of minimum logit, ascending: the argmin set of ``key_r - min(isl,
+        min(found[r], req_blocks) * bt) - bt * book[r]`` (absent entries 0), built from a copy of
+        the keys changed at the touched replicas only. Requires :meth:`sync` with this ``bt``."""
+        keys = self.keys[:]
+        for r, ov in found.items():
+            m = (ov if ov < req_blocks else req_blocks) * bt
+            keys[r] -= m if m < isl else isl
+        for r, k in book.items():
+            keys[r] -= bt * k
+        lo = min(keys)
+        c = keys.count(lo)
+        if c == 1:
+            return [keys.index(lo)]
+        if c <= _FEW_TIED:            # few: find them one by one
+            find = keys.index
+            tied = []
+            i = -1
+            for _ in range(c):
+                i = find(lo, i + 1)
+                tied.append(i)
+            return tied
+        return [r for r, k in enumerate(keys) if k == lo]
+
 
 class KvAwareRouter(Router):
     """NVIDIA Dynamo KV router cost function (see the module docstring).
@@ -133,6 +223,9 @@ class KvAwareRouter(Router):
         # it (one walk over a request's pieces finds every replica's match, routers/holder_sets.py)
         self._book = RunBook(n)
         self._active_len = np.zeros(n, np.int64)          # self._book.sizes, as an array
+        # integer keys ordering the logits (exact shortcut, see LogitKeys)
+        self._keys = LogitKeys(n)
+        self._keyed = self.overlap_score_weight == 1.0 and self.active_blocks == "router"
         # request index -> (replica, pieces of its full blocks)
         self._active_booked: dict[int, tuple[int, list, list]] = {}
         # the simulator's view hands over a request's pieces; other views: the runs of its ids
@@ -197,7 +290,10 @@ class KvAwareRouter(Router):
         double operation, in the same order, as the scalar formula (:meth:`_logit`; integer terms
         are exact), so the logits are bit-identical to it.
         """
-        x = self._inputs(request)
+        return self._logits_of(self._inputs(request))
+
+    def _logits_of(self, x: tuple) -> tuple:
+        """:meth:`_logits` from the request's :meth:`_inputs` ``x``."""
         args = x[:-1]
         n = self.view.num_replicas
         isl, bt, req_blocks, found, book, nfull = args
@@ -264,13 +360,35 @@ class KvAwareRouter(Router):
                 tied = list(compress(tied, map(low.__eq__, sizes)))
         return tied[int(rng.integers(len(tied)))]
 
+    def _keyed_ties(self, x: tuple) -> list[int] | None:
+        """The tied minimum-logit replicas (ascending) from the integer keys (:class:`LogitKeys`),
+        or None when that shortcut is not exact for request inputs ``x`` (weight != 1, engine
+        active blocks, block tokens not a power of two, keys too large)."""
+        if not self._keyed:
+            return None
+        isl, bt, req_blocks, found, book, nfull, _ = x
+        if isl + bt * nfull >= _KEY_LIMIT or not self._keys.sync(self._prefill_tokens,
+                                                                 self._book.sizes, bt):
+            return None
+        return self._keys.ties(isl, bt, req_blocks, found, book)
+
     def select(self, request) -> int:
-        """Score the replicas, pick one and book the request there (prefill tokens, blocks)."""
-        logits, x = self._logits(request)
+        """Score the replicas, pick one and book the request there (prefill tokens, blocks).
+
+        At temperature 0 over every replica the minimum-logit set comes from the integer keys
+        (:meth:`_keyed_ties`) when they are exact: the same set, in the same order, as the logits
+        give, so the same pick and random draws."""
+        x = self._inputs(request)
         cands = self.candidates()
-        n = len(logits)
+        n = self.view.num_replicas
         restricted = len(cands) != n
-        if self.router_temperature == 0.0:
+        tied = None
+        if self.router_temperature == 0.0 and not restricted:
+            tied = self._keyed_ties(x)
+        if tied is not None:
+            pick = tied[0] if len(tied) == 1 else self._break_tie(tied)
+        elif self.router_temperature == 0.0:
+            logits = self._logits_of(x)[0]
             if type(logits) is list:
                 if restricted:
                     lo = min([logits[r] for r in cands])
@@ -286,7 +404,7 @@ class KvAwareRouter(Router):
                 tied = np.flatnonzero(logits == logits.min()).tolist()
             pick = tied[0] if len(tied) == 1 else self._break_tie(tied)
         else:
-            logits = np.asarray(logits)
+            logits = np.asarray(self._logits_of(x)[0])
             sub = logits[np.array(cands, np.int64)] if restricted else logits
             p = self.probabilities(sub)
             u = self.view.rng.random()
@@ -302,6 +420,7 @@ class KvAwareRouter(Router):
         if full is not None:
             self._active_len[pick] += self._book.add(pick, full[0], full[1])
             self._active_booked[request.index] = (pick, full[0], full[1])
+        self._keys.update(pick, self._prefill_tokens[pick], self._book.sizes[pick])
         return pick
 
     # -- router queue --------------------------------------------------------------------------
@@ -329,6 +448,7 @@ class KvAwareRouter(Router):
             self._prefill_arr[replica] = 0
             self._book.drop_replica(replica)
             self._active_len[replica] = 0
+            self._keys.update(replica, 0, 0)
             self._booked = {k: v for k, v in self._booked.items() if v[0] != replica}
             self._active_booked = {k: v for k, v in self._active_booked.items() if v[0] != replica}
 
@@ -337,13 +457,17 @@ class KvAwareRouter(Router):
         if booked is not None:
             self._prefill_tokens[booked[0]] -= booked[1]
             self._prefill_arr[booked[0]] -= booked[1]
+            r = booked[0]
+            self._keys.update(r, self._prefill_tokens[r], self._book.sizes[r])
         if self.queue:
             self._release_queue()
 
     def on_request_finished(self, request, replica: int) -> None:
         entry = self._active_booked.pop(request.index, None)
         if entry is not None:
-            self._active_len[entry[0]] -= self._book.remove(entry[0], entry[1], entry[2])
+            r = entry[0]
+            self._active_len[r] -= self._book.remove(r, entry[1], entry[2])
+            self._keys.update(r, self._prefill_tokens[r], self._book.sizes[r])
 
 
-__all__ = ["KvAwareRouter"]
+__all__ = ["KvAwareRouter", "LogitKeys"]
