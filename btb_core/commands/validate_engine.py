@@ -43,6 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--replay-repeats", type=int, default=1, metavar="N",
                    help="real runs per server count and policy, pooled; with N >= 2 the summary "
                         "gives the engine's own run-to-run noise, ttft_mean_real_cv (default 1)")
+    p.add_argument("--warmup-replays", type=int, default=1, metavar="N",
+                   help="unrecorded replays of the trace per server count before the recorded "
+                        "ones: a fresh engine is slower on its first runs (default 1; 0 = none)")
     p.add_argument("--no-drift-check", action="store_true",
                    help="skip re-measuring calibration points after the replays (the drift "
                         "check takes ~15 s)")
@@ -65,12 +68,15 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--repeats must be >= 1, got {args.repeats}")
     if args.replay_repeats < 1:
         raise ConfigError(f"--replay-repeats must be >= 1, got {args.replay_repeats}")
+    if args.warmup_replays < 0:
+        raise ConfigError(f"--warmup-replays must be >= 0, got {args.warmup_replays}")
     if args.max_requests is not None and args.max_requests < 1:
         raise ConfigError(f"--max-requests must be >= 1, got {args.max_requests}")
     log = (lambda msg: print(f"btb validate-engine: {msg}", file=sys.stderr))
     res = validate(args.trace, replicas=tuple(args.replicas), policies=tuple(args.policy),
                    repeats=args.repeats, replay_repeats=args.replay_repeats,
-                   drift_check=not args.no_drift_check, seed=args.seed, max_requests=args.max_requests,
+                   drift_check=not args.no_drift_check, warmup_replays=args.warmup_replays,
+                   seed=args.seed, max_requests=args.max_requests,
                    quick_calibration=args.quick_calibration, log=log)
     from ..fileio import jsonable
 

@@ -83,12 +83,20 @@ def design_row(new_tokens: int, cached_tokens: int, chunk_tokens: int = ENGINE_C
 
 
 def measure(port: int, repeats: int = 2, cold_lengths=COLD_LENGTHS, cached_points=CACHED_POINTS,
-            decode_tokens: int = 32, salt: int = 10_000, progress=None) -> pd.DataFrame:
+            decode_tokens: int = 32, salt: int = 10_000, progress=None,
+            warmup: bool = True) -> pd.DataFrame:
     """Send the calibration requests one at a time to the server on ``port``.
 
     Every cold request has text of its own (a new salt); a cached point first sends its
     ``cached`` tokens (warm-up, not recorded) and then ``cached + new`` tokens that share them.
     The last row is one request with ``decode_tokens`` outputs, for the time per output token.
+
+    ``warmup`` (default) first sends the whole plan once, unrecorded, with texts of its own: a
+    fresh server pays one-time costs the first time it computes a step of a new, larger size
+    (measured here: the first cold 512-2,048-token prompts of a new server took 21-37% longer
+    than the same lengths a minute later, and the first 1,000-token prompt after a 256-token
+    warm-up 24%), which would otherwise bias the fit slow. A replay after calibration runs on the
+    warm server.
 
     Returns
     -------
@@ -107,6 +115,14 @@ def measure(port: int, repeats: int = 2, cold_lengths=COLD_LENGTHS, cached_point
     total = len(plan) * repeats + 1
     # one unrecorded warm-up request: first-request costs (allocations, lazy imports)
     complete(port, SERVED_MODEL_NAME, PromptBuilder(bt, salt - 1).text(ids(256, 0), 256), 1)
+    if warmup:    # the plan once, unrecorded: one-time costs of each new step size
+        for j, (kind, length, cached) in enumerate(plan):
+            pb = PromptBuilder(bt, salt + 600 + j)
+            if cached:
+                complete(port, SERVED_MODEL_NAME, pb.text(ids(length, 1), cached), 1)
+            complete(port, SERVED_MODEL_NAME, pb.text(ids(length, 1), length), 1)
+        complete(port, SERVED_MODEL_NAME, PromptBuilder(bt, salt - 2).text(ids(512, 2), 512),
+                 decode_tokens)
     for rep in range(repeats):
         for kind, length, cached in plan:
             k += 1
@@ -277,8 +293,9 @@ def fitted_engine(frontend_s: float, step_overhead_s: float, linear_s_per_token:
 
 def measure_concurrent(ports, repeats: int = 2, cold_lengths=COLD_LENGTHS,
                        cached_points=CACHED_POINTS, decode_tokens: int = 32, salt: int = 10_000,
-                       progress=None) -> pd.DataFrame:
-    """:func:`measure` on every server of ``ports`` at the same time (one thread per server).
+                       progress=None, warmup: bool = True) -> pd.DataFrame:
+    """:func:`measure` on every server of ``ports`` at the same time (one thread per server;
+    ``warmup`` as there).
 
     Two servers on one machine slow each other down while both compute (shared caches and memory
     bandwidth; on the 2-core machine this project is tested on, a 30-request replay ran 24-28%
@@ -307,7 +324,8 @@ def measure_concurrent(ports, repeats: int = 2, cold_lengths=COLD_LENGTHS,
         try:
             out[i] = measure(ports[i], repeats=repeats, cold_lengths=cold_lengths,
                              cached_points=cached_points, decode_tokens=decode_tokens,
-                             salt=salt + 1_000 * i, progress=progress if i == 0 else None)
+                             salt=salt + 1_000 * i, progress=progress if i == 0 else None,
+                             warmup=warmup)
         except BaseException as exc:  # re-raised below
             errors.append(exc)
 
