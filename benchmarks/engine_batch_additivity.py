@@ -40,6 +40,7 @@ from btb_core.engine.client import complete
 from btb_core.engine.server import (ENGINE_BLOCK_TOKENS, ENGINE_CHUNK_TOKENS, SERVED_MODEL_NAME,
                                     EngineCluster)
 from btb_core.engine.text import PromptBuilder
+from btb_core.fileio import atomic_write_bytes
 
 HERE = Path(__file__).resolve().parent
 
@@ -109,9 +110,7 @@ def interference(args) -> int:
                   f"({both[1] / alone[1]:.3f}x)", flush=True)
     machine["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     doc = {"machine": machine, "rows": rows}
-    tmp = args.out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    tmp.replace(args.out)
+    atomic_write_bytes(args.out, (json.dumps(doc, indent=1) + "\n").encode())
     print(f"wrote {args.out.name}")
     return 0
 
@@ -162,9 +161,7 @@ def main() -> int:
         print(f"k={k:2d}: median measured/predicted {by_k[str(k)]['median_ratio']:.3f}, "
               f"relative to k={args.k[0]}: {by_k[str(k)]['relative_to_first_k']:.3f}")
     doc = {"machine": machine, "fit": fit.as_dict(), "rows": rows, "by_k": by_k}
-    tmp = args.out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    tmp.replace(args.out)
+    atomic_write_bytes(args.out, (json.dumps(doc, indent=1) + "\n").encode())
     print(f"wrote {args.out.name}")
     return 0
 

@@ -40,6 +40,7 @@ from btb_core.engine.calibrate import fit_cost, measure
 from btb_core.engine.client import complete
 from btb_core.engine.server import ENGINE_BLOCK_TOKENS, SERVED_MODEL_NAME, EngineCluster
 from btb_core.engine.text import PromptBuilder
+from btb_core.fileio import atomic_write_bytes
 
 HERE = Path(__file__).resolve().parent
 CONTEXTS = (512, 1024, 2048, 4096)
@@ -183,9 +184,7 @@ def main() -> int:
     doc = {"machine": machine, "calibration_fit": fit.as_dict(),
            "calibration_fit_without_e": fit_no_e.as_dict(), "rows": rows,
            "marginal_by_grid": table, "fits_of_marginals": fits, "cpu_by_process": cpu_rows}
-    tmp = args.out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    tmp.replace(args.out)
+    atomic_write_bytes(args.out, (json.dumps(doc, indent=1) + "\n").encode())
     print(f"wrote {args.out.name}")
     return 0
 
