@@ -212,6 +212,7 @@ def test_engine_not_installed_message_names_the_make_target(monkeypatch, tmp_pat
     (["--policy", "nope"], "unknown policy 'nope'"),
     (["--policy", "btb"], "copies KV between replicas"),
     (["--repeats", "0"], "--repeats must be >= 1"),
+    (["--warmup-replays", "-1"], "--warmup-replays must be >= 0"),
 ])
 def test_cli_validate_engine_bad_options_one_line(argv, match, capsys):
     from btb_core.cli import main
@@ -361,3 +362,25 @@ def test_rescore_keeps_repeats_apart_and_pools_them():
     assert sorted(res.requests["repeat"].unique().tolist()) == [0, 1]
     a, b = (res.requests[res.requests["repeat"] == k]["sim_ttft_s"].to_numpy() for k in (0, 1))
     assert np.array_equal(a, b)
+
+
+def test_validate_rejects_a_bad_warmup_count_before_starting_anything():
+    from btb_core.engine.validate import validate
+    from btb_core.errors import ConfigError
+
+    for bad in (-1, "2", 1.5, True):
+        with pytest.raises(ConfigError, match="warmup_replays must be an integer >= 0"):
+            validate(warmup_replays=bad, log=None)
+
+
+def test_rescore_without_the_context_term_is_more_optimistic_on_the_shipped_run():
+    # the shipped run's calibration has points with few new tokens after long cached contexts:
+    # refitted without e, the simulator gets faster on the validation trace (README section 14)
+    from btb_core.engine.validate import SHIPPED_RESULT, load_result, rescore
+
+    shipped = load_result(SHIPPED_RESULT)
+    with_e = rescore(shipped).summary.set_index(["num_replicas", "policy"])
+    without = rescore(shipped, context_term=False).summary.set_index(["num_replicas", "policy"])
+    assert (without["ttft_mean_sim_s"] < with_e["ttft_mean_sim_s"]).all()
+    assert with_e["ttft_mean_sim_s"].to_dict() == pytest.approx(
+        shipped.summary.set_index(["num_replicas", "policy"])["ttft_mean_sim_s"].to_dict(), rel=1e-9)

@@ -362,11 +362,13 @@ def calibration_for(calibration: pd.DataFrame, num_servers: int) -> pd.DataFrame
     return calibration[busy == k]
 
 
-def fit_by_busy(calibration: pd.DataFrame, chunk_tokens: int = ENGINE_CHUNK_TOKENS) -> dict:
+def fit_by_busy(calibration: pd.DataFrame, chunk_tokens: int = ENGINE_CHUNK_TOKENS, *,
+                context_term: bool = True) -> dict:
     """``{busy_servers: FittedEngine}``: one :func:`fit_cost` per count of servers calibrated at
-    once (see :func:`measure_concurrent`)."""
+    once (see :func:`measure_concurrent`; ``context_term`` as there)."""
     busy = busy_counts(calibration)
-    return {int(k): fit_cost(calibration[busy == k], chunk_tokens) for k in sorted(set(busy.tolist()))}
+    return {int(k): fit_cost(calibration[busy == k], chunk_tokens, context_term=context_term)
+            for k in sorted(set(busy.tolist()))}
 
 
 def fit_table(calibration: pd.DataFrame, fitted: FittedEngine) -> pd.DataFrame:

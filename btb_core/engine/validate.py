@@ -283,11 +283,14 @@ def score_run(real: pd.DataFrame, trace, fitted: cal.FittedEngine, num_replicas:
     return df, summary
 
 
-def rescore(result: "ValidationResult", trace=None, seed: int = 0) -> "ValidationResult":
+def rescore(result: "ValidationResult", trace=None, seed: int = 0, *,
+            context_term: bool = True) -> "ValidationResult":
     """Refit the cost model to ``result.calibration`` and redo every comparison from the real
     columns of ``result.requests`` (no engine needed; the simulator is deterministic).
-    ``trace`` defaults to the first ``len`` requests of :data:`DEFAULT_TRACE`."""
-    fits = cal.fit_by_busy(result.calibration)
+    ``trace`` defaults to the first ``len`` requests of :data:`DEFAULT_TRACE`;
+    ``context_term=False`` refits without the cached-context term (see
+    :func:`.calibrate.fit_cost`), to see what it changes."""
+    fits = cal.fit_by_busy(result.calibration, context_term=context_term)
     probe = ValidationResult(result.calibration, next(iter(fits.values())), result.requests,
                              result.summary, fits=fits)
     rows, frames = [], []
@@ -381,8 +384,9 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
                               "cache_aware, kv_aware, power_of_two, random, llm_d")
     if int(replay_repeats) < 1:
         raise ConfigError(f"replay_repeats must be >= 1, got {replay_repeats!r}")
-    if int(warmup_replays) < 0:
-        raise ConfigError(f"warmup_replays must be >= 0, got {warmup_replays!r}")
+    if (not isinstance(warmup_replays, (int, np.integer)) or isinstance(warmup_replays, bool)
+            or warmup_replays < 0):
+        raise ConfigError(f"warmup_replays must be an integer >= 0, got {warmup_replays!r}")
     for n in replicas:
         if n not in (1, 2):
             raise ConfigError(f"--replicas {n}: must be 1 or 2 (one core per server)")
