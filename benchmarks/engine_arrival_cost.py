@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import threading
 import time
 from pathlib import Path
@@ -35,6 +33,8 @@ from btb_core.engine.client import complete
 from btb_core.engine.server import ENGINE_BLOCK_TOKENS, SERVED_MODEL_NAME, EngineCluster
 from btb_core.engine.text import PromptBuilder
 from btb_core.fileio import atomic_write_bytes
+
+from _machine import load_average, machine_start
 
 HERE = Path(__file__).resolve().parent
 
@@ -88,8 +88,7 @@ def main() -> int:
     args = ap.parse_args()
     if 0 not in args.k:
         ap.error("--k must include 0 (the long prompt alone)")
-    machine = {"cpus": os.cpu_count(), "python": platform.python_version(),
-               "load_average_start": [round(x, 2) for x in os.getloadavg()]}
+    machine = machine_start()
     rows = []
     salt = 960_000
     with EngineCluster(1) as cluster:
@@ -102,7 +101,7 @@ def main() -> int:
                                  args.spread_s)
                 rows.append({"round": rep, "k": k, "long_ttft_s": round(ttft, 5)})
                 print(f"round {rep}  k={k:3d}  long prompt TTFT {ttft:.4f} s", flush=True)
-    machine["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    machine["load_average_end"] = load_average()
     alone = float(np.mean([r["long_ttft_s"] for r in rows if r["k"] == 0]))
     by_k = {}
     for k in args.k:

@@ -29,18 +29,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import threading
-import time
 from pathlib import Path
 
 from btb_core.engine.calibrate import fit_cost, measure
-from btb_core.engine.client import complete
+from btb_core.engine.client import complete_at_once
 from btb_core.engine.server import (ENGINE_BLOCK_TOKENS, ENGINE_CHUNK_TOKENS, SERVED_MODEL_NAME,
                                     EngineCluster)
 from btb_core.engine.text import PromptBuilder
 from btb_core.fileio import atomic_write_bytes
+
+from _machine import load_average, machine_start
 
 HERE = Path(__file__).resolve().parent
 
@@ -58,18 +56,8 @@ def predicted_s(fit, k: int, tokens: int) -> float:
 def burst(port: int, k: int, tokens: int, salt: int) -> list[float]:
     """TTFT of ``k`` cold requests sent at once (own text each), seconds."""
     ids = [i for i in range(-(-tokens // ENGINE_BLOCK_TOKENS))]
-    out: list = [None] * k
-
-    def run(i: int) -> None:
-        out[i] = complete(port, SERVED_MODEL_NAME,
-                          PromptBuilder(ENGINE_BLOCK_TOKENS, salt + i).text(ids, tokens), 1).ttft_s
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(k)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
+    texts = [PromptBuilder(ENGINE_BLOCK_TOKENS, salt + i).text(ids, tokens) for i in range(k)]
+    return [c.ttft_s for c in complete_at_once(port, SERVED_MODEL_NAME, texts, 1)]
 
 
 def interference(args) -> int:
@@ -77,8 +65,7 @@ def interference(args) -> int:
     import threading as _t
 
     k = max(args.k)
-    machine = {"cpus": os.cpu_count(), "python": platform.python_version(),
-               "load_average_start": [round(x, 2) for x in os.getloadavg()]}
+    machine = machine_start()
     rows = []
     salt = 800_000
     with EngineCluster(2) as cluster:
@@ -108,7 +95,7 @@ def interference(args) -> int:
             print(f"round {rep}: server 0 {alone[0]:.3f} s alone, {both[0]:.3f} s both busy "
                   f"({both[0] / alone[0]:.3f}x); server 1 {alone[1]:.3f} s, {both[1]:.3f} s "
                   f"({both[1] / alone[1]:.3f}x)", flush=True)
-    machine["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    machine["load_average_end"] = load_average()
     doc = {"machine": machine, "rows": rows}
     atomic_write_bytes(args.out, (json.dumps(doc, indent=1) + "\n").encode())
     print(f"wrote {args.out.name}")
@@ -132,8 +119,7 @@ def main() -> int:
                            else "results_engine_additivity.json")
     if args.two_servers:
         return interference(args)
-    machine = {"cpus": os.cpu_count(), "python": platform.python_version(),
-               "load_average_start": [round(x, 2) for x in os.getloadavg()]}
+    machine = machine_start()
     rows = []
     salt = 700_000
     with EngineCluster(1) as cluster:
@@ -150,7 +136,7 @@ def main() -> int:
                              "measured_over_predicted": round(max(ttft) / pred, 4)})
                 print(f"round {rep}  k={k:2d}  last TTFT {max(ttft):7.3f} s  predicted {pred:7.3f} s"
                       f"  ratio {max(ttft) / pred:.3f}", flush=True)
-    machine["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    machine["load_average_end"] = load_average()
     by_k = {}
     for k in args.k:
         r = sorted(x["measured_over_predicted"] for x in rows if x["k"] == k)

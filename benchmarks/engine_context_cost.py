@@ -29,18 +29,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
 from btb_core.engine.calibrate import fit_cost, measure
-from btb_core.engine.client import complete
+from btb_core.engine.client import complete, complete_at_once
 from btb_core.engine.server import ENGINE_BLOCK_TOKENS, SERVED_MODEL_NAME, EngineCluster
 from btb_core.engine.text import PromptBuilder
 from btb_core.fileio import atomic_write_bytes
+
+from _machine import load_average, machine_start
 
 HERE = Path(__file__).resolve().parent
 CONTEXTS = (512, 1024, 2048, 4096)
@@ -56,21 +56,6 @@ def prompts(salt: int, cached: int, new: int, k: int) -> tuple[str, list[str]]:
     out = [pb.text(base + [1_000_000 + 1_000 * i + j for j in range(nb - len(base))], cached + new)
            for i in range(k)]
     return pb.text(base, cached), out
-
-
-def at_once(port: int, texts: list[str]) -> list:
-    """Send ``texts`` at once (one thread each); their :class:`Completion` objects."""
-    out: list = [None] * len(texts)
-
-    def run(i: int) -> None:
-        out[i] = complete(port, SERVED_MODEL_NAME, texts[i], 1)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(texts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
 
 
 def cpu_by_process(session: int) -> dict[str, float]:
@@ -105,8 +90,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=HERE / "results_engine_context.json")
     args = ap.parse_args()
     k = args.k
-    machine = {"cpus": os.cpu_count(), "python": platform.python_version(),
-               "load_average_start": [round(x, 2) for x in os.getloadavg()]}
+    machine = machine_start()
     rows, cpu_rows = [], []
     salt = 900_000
     with EngineCluster(1) as cluster:
@@ -124,7 +108,7 @@ def main() -> int:
                         salt += 1
                         prefix, texts = prompts(salt, c, s, n)
                         complete(port, SERVED_MODEL_NAME, prefix, 1)   # the cached context
-                        done = at_once(port, texts)
+                        done = complete_at_once(port, SERVED_MODEL_NAME, texts, 1)
                         if any(d.cached_tokens != c for d in done):
                             raise RuntimeError(f"expected {c} cached tokens, engine reported "
                                                f"{[d.cached_tokens for d in done]}")
@@ -142,13 +126,13 @@ def main() -> int:
                 complete(port, SERVED_MODEL_NAME, prefix, 1)
                 time.sleep(0.3)
                 before = cpu_by_process(server.proc.pid)
-                at_once(port, texts)
+                complete_at_once(port, SERVED_MODEL_NAME, texts, 1)
                 after = cpu_by_process(server.proc.pid)
                 used = {p: round(after[p] - before.get(p, 0.0), 3) for p in after}
                 cpu_rows.append({"cached_tokens": c, "new_tokens": s, "requests": 2 * k,
                                  "round": rep, "cpu_s": used})
                 print(f"CPU of {2 * k} requests (C={c}, S={s}): {used}", flush=True)
-    machine["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    machine["load_average_end"] = load_average()
 
     # the median marginal cost per (C, S) over rounds, and three fits of it
     grid = sorted({(r["cached_tokens"], r["new_tokens"]) for r in rows})

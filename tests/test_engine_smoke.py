@@ -53,7 +53,8 @@ def _smoke_trace():
 def test_real_engine_smoke(tmp_path):
     from btb_core.engine.calibrate import QUICK_CACHED_POINTS, QUICK_COLD_LENGTHS, fit_cost, measure
     from btb_core.engine.replay import replay
-    from btb_core.engine.server import EngineCluster
+    from btb_core.engine.client import complete_at_once
+    from btb_core.engine.server import SERVED_MODEL_NAME, EngineCluster
     from btb_core.engine.validate import compare, summarise
     from btb_core.routers import make_router
 
@@ -62,6 +63,12 @@ def test_real_engine_smoke(tmp_path):
         calib = measure(cluster.ports[0], repeats=1, cold_lengths=QUICK_COLD_LENGTHS,
                         cached_points=QUICK_CACHED_POINTS, decode_tokens=8)
         real = replay(trace, make_router("round_robin"), cluster.ports, salt=7)
+        # several prompts at once (the engine benchmarks' burst): answered in order, and the
+        # second of two identical 96-token prompts sent together hits the first's 2 full blocks
+        words = " ".join(f"w{100 + i}" for i in range(96))
+        both = complete_at_once(cluster.ports[0], SERVED_MODEL_NAME, [words, words, "w7 w8"], 1)
+    assert [c.prompt_tokens for c in both] == [96, 96, 2]
+    assert sorted(c.cached_tokens for c in both[:2]) == [0, 64]
     fitted = fit_cost(calib)
     df = compare(real, trace, fitted, 1)
     # the engine's own counts, as vLLM's rules give them

@@ -97,3 +97,16 @@ def complete(port: int, model: str, prompt: str, max_tokens: int, *, host: str =
     details = usage.get("prompt_tokens_details") or {}
     return Completion(start, first, end, int(usage.get("prompt_tokens", 0)),
                       int(details.get("cached_tokens") or 0), int(usage.get("completion_tokens", 0)))
+
+
+def complete_at_once(port: int, model: str, prompts, max_tokens: int, **kwargs) -> list[Completion]:
+    """:func:`complete` for every prompt of ``prompts`` at the same time (one thread each), in
+    order. Re-raises the first request's error after every request ended."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    prompts = list(prompts)
+    if not prompts:
+        return []
+    with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+        futures = [pool.submit(complete, port, model, p, max_tokens, **kwargs) for p in prompts]
+        return [f.result() for f in futures]

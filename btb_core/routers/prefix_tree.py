@@ -52,6 +52,21 @@ from itertools import count
 from typing import Sequence
 
 
+
+def _matched(id_at, p: int, cids, lim: int) -> int:
+    """How many of a node's ids ``cids`` the request's ids from position ``p`` match, given that
+    the first matches and the ``lim``-th does not (``id_at(q)`` = the request's id at ``q``).
+    Block ids are chained (equal at a position means equal at every earlier one), so the
+    boundary is found by binary search."""
+    lo, hi = 1, lim - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if id_at(p + mid - 1) == cids[mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
 class _Node:
     """A run of blocks of the global tree (see the module docstring)."""
 
@@ -200,15 +215,8 @@ class ApproxPrefixIndex:
             lim = size if size < n - p else n - p
             if lim == 1 or ids[p + lim - 1] == cids[lim - 1]:
                 j = lim
-            else:   # chained ids: equal at a position means equal before it (binary search)
-                lo, hi = 1, lim - 1
-                while lo < hi:
-                    mid = (lo + hi + 1) // 2
-                    if ids[p + mid - 1] == cids[mid - 1]:
-                        lo = mid
-                    else:
-                        hi = mid - 1
-                j = lo
+            else:   # chained ids: equal at a position means equal before it
+                j = _matched(ids.__getitem__, p, cids, lim)
             path.append((c, j))
             p += j
             if j < size:
@@ -245,14 +253,7 @@ class ApproxPrefixIndex:
                 if last == cids[lim - 1]:
                     j = lim
                 else:   # chained ids: equal at a position means equal before it
-                    lo, hi = 1, lim - 1
-                    while lo < hi:
-                        mid = (lo + hi + 1) // 2
-                        if ids.id_at(p + mid - 1) == cids[mid - 1]:
-                            lo = mid
-                        else:
-                            hi = mid - 1
-                    j = lo
+                    j = _matched(ids.id_at, p, cids, lim)
             path.append((c, j))
             p += j
             if j < size:

@@ -896,18 +896,7 @@ class Simulator:
                     f"{cache.capacity_blocks}; use a larger node or a smaller request")
             return False
         cache.pin_prefix(starts, lens, n_h, n_d + n_k)
-        if type(cache) is KVCache:        # (KVCache.reserve_private, inlined; logged caches log it)
-            used = cache.used_slots
-            if private <= cache.capacity_blocks - used:
-                excess = used + cache.lru.size + private - cache.capacity_blocks
-                if excess > 0:
-                    cache._evict(excess)
-            h = cache.used_slots = cache.used_slots + private
-            h += cache.lru.size
-            if h > cache.peak_hbm_blocks:
-                cache.peak_hbm_blocks = h
-        else:
-            cache.reserve_private(private)
+        cache.reserve_private(private)
         job.pinned = m
         job.private = private
         job.reused_tokens = m * bt

@@ -86,17 +86,8 @@ class PrefillFirst(Scheduler):
     def op_done(self, sim, rep, kind: str, data) -> None:
         job = data
         rep.in_op -= 1
-        upto = job.done_tokens = job.req.input_length
-        # (Simulator.complete, inlined)
-        new_pinned = upto // sim.block_tokens
-        if new_pinned > job.full:
-            new_pinned = job.full
-        if new_pinned > job.pinned:
-            rep.cache.complete_blocks(job.piece_starts, job.piece_lens, job.pinned, new_pinned)
-            job.private -= new_pinned - job.pinned
-            job.pinned = new_pinned
-            if sim._on_blocks is not None:
-                sim._on_blocks(job.req, rep.idx, new_pinned)
+        job.done_tokens = job.req.input_length
+        sim.complete(rep, job, job.done_tokens)
         sim.first_token(rep, job)
 
 
