@@ -3,8 +3,10 @@
 Issue 18: with a warm engine and the cached-context term, the simulator is still a few to ~20%
 optimistic on the validation trace. One candidate: on a CPU server the API-server process (HTTP,
 tokenising, request handling) shares the core with the engine, so every request that arrives while
-a step runs takes some of that step's time; the simulator counts a request's front-end time in its
-own TTFT only (``frontend_s``) and charges none of it to the requests already computing.
+a step runs takes some of that step's time. The simulator models it as
+``CostModel.arrival_overhead_s`` (each arrival at a busy replica pushes the running operation's
+end back), which the calibration measures the same way (``btb_core.engine.calibrate.measure_arrival``,
+one step alone vs with 12 arrivals); this script is the longer, standalone measurement.
 
 This script measures it on one warm server: a cold ``--long-tokens`` prompt (one engine step at
 the default 2,048) is sent alone, then with ``k`` requests of ``--side-tokens`` tokens (all but the

@@ -119,6 +119,16 @@ class CostModel:
         already computed or cached) and to a ``prefill_first`` prefill (``C`` = its cached
         tokens); :meth:`prefill_s` excludes it (:meth:`context_s` gives it). 0 on the GPU presets
         (no measurement); fitted on the CPU engine (:func:`btb_core.engine.calibrate.fit_cost`).
+    arrival_overhead_s : float, default 0.0
+        Seconds that one request arriving at a replica takes from the operation the replica is
+        computing at that moment, >= 0: front-end work (HTTP, tokenising, handing the request to
+        the engine) done on the same cores as the engine's step. The simulator pushes the end of
+        a running ``chunked`` iteration, ``prefill_first`` prefill or decode stretch back by it
+        for every request routed to the replica while it runs (not while it is idle or paused for
+        a copy: a lone request's own front-end time is in its TTFT already). 0 on the GPU presets
+        (the front end runs on host cores of its own); on the CPU engine, measured by
+        :func:`btb_core.engine.calibrate.measure` (~5 ms per request in
+        ``benchmarks/engine_arrival_cost.py``).
 
     Raises
     ------
@@ -143,6 +153,7 @@ class CostModel:
     attention_mfu: float | None = None
     step_overhead_s: float = 0.0
     context_s_per_token: float = 0.0
+    arrival_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelSpec):
@@ -165,6 +176,9 @@ class CostModel:
         if not isinstance(cs, (int, float)) or isinstance(cs, bool) or not 0.0 <= cs < float("inf"):
             raise ConfigError("CostModel: field context_s_per_token must be >= 0 seconds, "
                               f"got {cs!r}")
+        ao = self.arrival_overhead_s
+        if not isinstance(ao, (int, float)) or isinstance(ao, bool) or not 0.0 <= ao < float("inf"):
+            raise ConfigError(f"CostModel: field arrival_overhead_s must be >= 0 seconds, got {ao!r}")
         latency = dict(DEFAULT_SETUP_LATENCY_S)
         for tier, value in dict(self.setup_latency_s).items():
             if tier not in TIERS:
@@ -332,6 +346,8 @@ class CostModel:
             **({"step_overhead_s": self.step_overhead_s} if self.step_overhead_s else {}),
             **({"context_s_per_token": self.context_s_per_token}
                if self.context_s_per_token else {}),
+            **({"arrival_overhead_s": self.arrival_overhead_s}
+               if self.arrival_overhead_s else {}),
         }
 
 

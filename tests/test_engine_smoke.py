@@ -61,7 +61,7 @@ def test_real_engine_smoke(tmp_path):
     trace = _smoke_trace()
     with EngineCluster(1, log_dir=tmp_path) as cluster:
         calib = measure(cluster.ports[0], repeats=1, cold_lengths=QUICK_COLD_LENGTHS,
-                        cached_points=QUICK_CACHED_POINTS, decode_tokens=8)
+                        cached_points=QUICK_CACHED_POINTS, decode_tokens=8, arrival_rounds=1)
         real = replay(trace, make_router("round_robin"), cluster.ports, salt=7)
         # several prompts at once (the engine benchmarks' burst): answered in order, and the
         # second of two identical 96-token prompts sent together hits the first's 2 full blocks
@@ -70,6 +70,10 @@ def test_real_engine_smoke(tmp_path):
     assert [c.prompt_tokens for c in both] == [96, 96, 2]
     assert sorted(c.cached_tokens for c in both[:2]) == [0, 64]
     fitted = fit_cost(calib)
+    # one round of the arrival measurement: the step alone and with 12 requests arriving in it
+    arr = calib[calib["kind"] == "arrival"]
+    assert arr["arrivals"].tolist() == [0, 12] and (arr["cached_tokens"] == 0).all()
+    assert 0.0 <= fitted.arrival_overhead_s < 0.05
     df = compare(real, trace, fitted, 1)
     # the engine's own counts, as vLLM's rules give them
     assert df["cached_tokens"].tolist() == [0, 1024, 1056, 0, 2048, 0]

@@ -187,6 +187,86 @@ def test_prefill_first_adds_the_context_term_once_per_prefill():
     assert res["ttft_s"].iloc[0] == pytest.approx(cm.prefill_s(5000, 0) + 0.015, rel=1e-12)
 
 
+# ---------------------------------------------------------------- arrival_overhead_s
+def _arrival_cost(arrival_overhead_s, context_s_per_token=0.0):
+    from btb_core.engine.calibrate import fitted_engine
+
+    return fitted_engine(0.0, 0.015, 2e-5, 3e-9, context_s_per_token=context_s_per_token,
+                         arrival_overhead_s=arrival_overhead_s)
+
+
+@pytest.mark.parametrize("scheduler", ["chunked", "prefill_first"])
+def test_arrivals_during_a_step_push_its_end_back(scheduler):
+    # A (cold, one step) computes alone from t=0; B and C arrive during its step and wait: A's
+    # TTFT is its step plus 2 x arrival_overhead_s, and the step B and C then share starts that
+    # much later. A request arriving at an idle replica (A) adds nothing.
+    import dataclasses
+
+    from btb_core.engine.validate import FixedAssignment, engine_cluster_config
+
+    rows = [req(0.0, 1, 0, 2000, 2), req(0.01, 3, 1024, 1100, 3), req(0.02, 4, 1024, 1100, 4)]
+    out = {}
+    for s in (0.0, 0.004):
+        fit = _arrival_cost(s)
+        cfg = dataclasses.replace(engine_cluster_config(fit, 1), scheduler=scheduler)
+        out[s] = simulate(trace_of(rows), FixedAssignment([0, 0, 0]), cfg).requests
+    base, slow = out[0.0], out[0.004]
+    step_a = fit.cost.prefill_s(2000, 0) + 0.015
+    assert base["ttft_s"].iloc[0] == pytest.approx(step_a, rel=1e-12)
+    assert slow["ttft_s"].iloc[0] == pytest.approx(step_a + 2 * 0.004, rel=1e-12)
+    # B and C start when A's step ends: every later time moves by the same 8 ms
+    assert (slow["ttft_s"].iloc[1:] - base["ttft_s"].iloc[1:]).to_numpy() == pytest.approx([0.008] * 2)
+
+
+def test_arrival_overhead_counts_arrivals_during_the_step_only():
+    # B arrives after A's step ended (replica idle again): nothing added to anyone.
+    from btb_core.engine.validate import FixedAssignment, engine_cluster_config
+
+    rows = [req(0.0, 1, 0, 2000, 2), req(5.0, 3, 0, 500, 3)]
+    base = simulate(trace_of(rows), FixedAssignment([0, 0]),
+                    engine_cluster_config(_arrival_cost(0.0), 1)).requests
+    slow = simulate(trace_of(rows), FixedAssignment([0, 0]),
+                    engine_cluster_config(_arrival_cost(0.004), 1)).requests
+    assert slow["ttft_s"].tolist() == base["ttft_s"].tolist()
+
+
+def test_arrival_during_a_decode_stretch_moves_everything_after_it_by_the_overhead():
+    # A decodes 200 tokens in one stretch; B arrives mid-stretch: the stretch is cut at the step
+    # in progress, which ends arrival_overhead_s later, and every later event moves by that much.
+    from btb_core.engine.validate import FixedAssignment, engine_cluster_config
+
+    rows = [req(0.0, 1, 0, 512, 2, out=200), req(1.0, 3, 0, 512, 3, out=5)]
+    base = simulate(trace_of(rows), FixedAssignment([0, 0]),
+                    engine_cluster_config(_arrival_cost(0.0), 1)).requests
+    slow = simulate(trace_of(rows), FixedAssignment([0, 0]),
+                    engine_cluster_config(_arrival_cost(0.003), 1)).requests
+    assert slow["ttft_s"].iloc[0] == base["ttft_s"].iloc[0]            # arrived at an idle replica
+    assert slow["ttft_s"].iloc[1] == pytest.approx(base["ttft_s"].iloc[1] + 0.003, abs=1e-12)
+    assert (slow["finish_s"] - base["finish_s"]).to_numpy() == pytest.approx([0.003, 0.003], abs=1e-12)
+
+
+def test_arrival_overhead_fit_from_arrival_rows():
+    from btb_core.engine.calibrate import arrival_overhead_s
+
+    rows = pd.DataFrame([
+        {"kind": "arrival", "repeat": 0, "arrivals": 0, "ttft_s": 1.00},
+        {"kind": "arrival", "repeat": 0, "arrivals": 12, "ttft_s": 1.06},
+        {"kind": "arrival", "repeat": 1, "arrivals": 0, "ttft_s": 1.10},
+        {"kind": "arrival", "repeat": 1, "arrivals": 12, "ttft_s": 1.148},
+        {"kind": "cold", "repeat": 0, "arrivals": 0, "ttft_s": 9.0},
+    ])
+    assert arrival_overhead_s(rows) == pytest.approx((0.005 + 0.004) / 2)
+    # faster with arrivals than alone (noise): clipped at 0; no arrival rows or column: 0
+    assert arrival_overhead_s(rows.assign(ttft_s=[1.0, 0.9, 1.0, 0.9, 1.0])) == 0.0
+    assert arrival_overhead_s(rows.drop(columns="arrivals")) == 0.0
+    assert arrival_overhead_s(rows[rows["kind"] == "cold"]) == 0.0
+
+
+def test_cost_model_rejects_negative_arrival_overhead():
+    with pytest.raises(ConfigError, match="arrival_overhead_s"):
+        _arrival_cost(-0.001)
+
+
 def test_shipped_validation_trace_is_the_generator_output(tmp_path):
     from btb_core.engine.validate import DEFAULT_TRACE, load_validation_trace
     from btb_core.engine.workload import write_validation_trace
@@ -384,3 +464,58 @@ def test_rescore_without_the_context_term_is_more_optimistic_on_the_shipped_run(
     assert (without["ttft_mean_sim_s"] < with_e["ttft_mean_sim_s"]).all()
     assert with_e["ttft_mean_sim_s"].to_dict() == pytest.approx(
         shipped.summary.set_index(["num_replicas", "policy"])["ttft_mean_sim_s"].to_dict(), rel=1e-9)
+
+
+def test_speed_factor_scales_every_time_of_a_lone_request():
+    # FittedEngine.scaled(f): all six coefficients x f, so a request alone on the engine (no
+    # queueing) is simulated exactly f times slower; compare() keeps the unscaled TTFT too
+    from btb_core.engine.validate import compare
+
+    fit = _arrival_cost(0.004, context_s_per_token=2e-6)
+    rows = [req(0.0, 1, 2048, 3000, 2), req(100.0, 1, 2048, 2100, 3)]
+    tr = trace_of(rows)
+    real = pd.DataFrame({"request_id": tr.table["request_id"], "replica": [0, 0],
+                         "arrival_s": [0.0, 100.0], "sent_s": [0.0, 100.0],
+                         "input_length": [3000, 2100], "output_length": [1, 1],
+                         "ttft_s": [1.0, 0.1], "e2e_s": [1.0, 0.1], "cached_tokens": [0, 2048],
+                         "prompt_tokens": [3000, 2100]})
+    plain = compare(real, tr, fit, 1)
+    slow = compare(real, tr, fit, 1, speed_factor=1.25)
+    assert "speed_factor" not in plain and (slow["speed_factor"] == 1.25).all()
+    assert slow["sim_ttft_unscaled_s"].tolist() == plain["sim_ttft_s"].tolist()
+    assert slow["sim_ttft_s"].to_numpy() == pytest.approx(1.25 * plain["sim_ttft_s"].to_numpy(), rel=1e-12)
+    with pytest.raises(ValueError, match="factor"):
+        fit.scaled(0.0)
+
+
+def test_arrival_overhead_applies_to_requests_a_router_dispatches_later():
+    # the router holds C back and dispatches it when B's prefill is done, while A (long) still
+    # computes on replica 0: C's arrival there pushes A's running step back (Simulator._enqueue)
+    from btb_core.engine.validate import engine_cluster_config
+
+    class HoldC(Router):
+        name = "hold_c"
+
+        def reset(self, view):
+            super().reset(view)
+            self.held = None
+
+        def route(self, request):
+            if request.index == 2:
+                self.held = request
+                return None
+            return request.index       # A -> 0, B -> 1
+
+        def on_prefill_done(self, request, replica):
+            if request.index == 1 and self.held is not None:
+                self.view.dispatch(self.held, 0)
+                self.held = None
+
+    rows = [req(0.0, 1, 0, 4000, 2), req(0.0, 3, 0, 200, 3), req(0.0, 4, 0, 200, 4)]
+    out = {}
+    for s in (0.0, 0.004):
+        cfg = engine_cluster_config(_arrival_cost(s), 2)
+        out[s] = simulate(trace_of(rows), HoldC(), cfg).requests
+    # A's first 2,048-token step is running when C arrives (B's 200 tokens finish first)
+    assert out[0.004]["ttft_s"].iloc[0] == pytest.approx(out[0.0]["ttft_s"].iloc[0] + 0.004, abs=1e-12)
+    assert out[0.004]["ttft_s"].iloc[1] == out[0.0]["ttft_s"].iloc[1]

@@ -49,6 +49,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-drift-check", action="store_true",
                    help="skip re-measuring calibration points after the replays (the drift "
                         "check takes ~15 s)")
+    p.add_argument("--speed-correction", action="store_true",
+                   help="probe the servers' speed just before and after each run (~3 s a run) "
+                        "and simulate the run with the fit scaled to it; the summary then gives "
+                        "the errors with and without (speed_factor, unscaled_ttft_*)")
     p.add_argument("--max-requests", type=int, default=None, metavar="N",
                    help="replay only the first N requests of the trace")
     p.add_argument("--quick-calibration", action="store_true",
@@ -76,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     res = validate(args.trace, replicas=tuple(args.replicas), policies=tuple(args.policy),
                    repeats=args.repeats, replay_repeats=args.replay_repeats,
                    drift_check=not args.no_drift_check, warmup_replays=args.warmup_replays,
+                   speed_correction=args.speed_correction,
                    seed=args.seed, max_requests=args.max_requests,
                    quick_calibration=args.quick_calibration, log=log)
     from ..fileio import jsonable
@@ -91,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
     cols = ["num_replicas", "policy", "requests", "cached_tokens_match_fraction", "ttft_mean_real_s",
             "ttft_mean_sim_s", "ttft_mean_rel_error", "ttft_p90_rel_error",
             "ttft_median_request_rel_error"]
+    if "speed_factor" in res.summary:
+        cols += ["speed_factor", "unscaled_ttft_mean_rel_error"]
     if args.replay_repeats > 1:
         cols.append("ttft_mean_real_cv")
     if args.wide:

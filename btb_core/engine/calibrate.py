@@ -24,6 +24,12 @@ least-squares fit on relative error (each row divided by its measured TTFT) over
 request, with ``e`` as a fourth coefficient. (Without a decode measurement all four are fitted, and the overhead is poorly separated
 from the front-end latency.) They map onto the cost model as
 
+A sixth number is not part of a lone request's TTFT: ``arrival_overhead_s``, the seconds that
+one request arriving while the server computes a step takes from that step (the API server's
+front-end work runs on the same core; ``CostModel.arrival_overhead_s``). :func:`measure` times a
+cold prompt of one full step alone and with ``k`` requests arriving during its step, and
+:func:`fit_cost` takes ``(TTFT with k - TTFT alone) / k`` (mean over rounds, at least 0).
+
 ``mfu = 2 x P_matmul / (peak x a)``, ``attention_mfu = 4 x layers x heads x head_dim / (peak x b)``
 
 for the tiny model's :class:`~btb_core.specs.ModelSpec` on a CPU "node" whose ``peak_flops`` is the
@@ -33,6 +39,7 @@ term's rate relative to it; no datasheet peak is involved).
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
@@ -60,6 +67,13 @@ CACHED_POINTS = ((1024, 256), (2048, 256), (4096, 256), (2048, 1024), (4096, 102
 #: A shorter calibration (smoke test, notebook quick defaults): two lengths span two engine steps.
 QUICK_COLD_LENGTHS = (256, 1024, 2048, 3072)
 QUICK_CACHED_POINTS = ((1024, 256), (2048, 512), (2048, 32))
+#: The arrival-overhead measurement (see :func:`measure_arrival`): requests arriving during the
+#: step, their prompt length and new tokens (their prefix is cached first: they cannot join the
+#: full step they arrive in), rounds.
+ARRIVAL_REQUESTS = 12
+ARRIVAL_SIDE_TOKENS = 1056
+ARRIVAL_SIDE_NEW = 32
+ARRIVAL_ROUNDS = 3
 
 
 def chunk_steps(new_tokens: int, cached_tokens: int, chunk_tokens: int = ENGINE_CHUNK_TOKENS):
@@ -82,14 +96,93 @@ def design_row(new_tokens: int, cached_tokens: int, chunk_tokens: int = ENGINE_C
             float(sum(s * c + 0.5 * s * s for s, c in steps)), float(sum(c for _, c in steps))]
 
 
+def measure_arrival(port: int, rounds: int = ARRIVAL_ROUNDS, k: int = ARRIVAL_REQUESTS,
+                    salt: int = 20_000, chunk_tokens: int = ENGINE_CHUNK_TOKENS) -> list[dict]:
+    """Time a cold ``chunk_tokens``-token prompt (one full engine step) alone and with ``k``
+    requests arriving one after another during its step, ``rounds`` times (alone first each round).
+
+    The arriving requests (:data:`ARRIVAL_SIDE_TOKENS` tokens, all but the last
+    :data:`ARRIVAL_SIDE_NEW` cached by an unrecorded request first) cannot join the step, which
+    fills the budget, so the long prompt's extra TTFT is work done on the server's core while it
+    computes: ``CostModel.arrival_overhead_s`` per arrival (``benchmarks/engine_arrival_cost.py``
+    measured ~5.2 ms on this project's test machine). They arrive over the middle 60% of the
+    alone TTFT of the same round, starting at 5% of it.
+
+    Returns
+    -------
+    list of dict
+        Rows of :func:`measure`'s frame with ``kind = "arrival"`` and ``arrivals`` (0 or ``k``).
+    """
+    bt = ENGINE_BLOCK_TOKENS
+    rows = []
+    cached = ARRIVAL_SIDE_TOKENS - ARRIVAL_SIDE_NEW
+    base = list(range(cached // bt))
+    nb = -(-ARRIVAL_SIDE_TOKENS // bt) - len(base)
+    long_ids = list(range(100_000, 100_000 + -(-chunk_tokens // bt)))
+    for rnd in range(rounds):
+        side_pb = PromptBuilder(bt, salt + 2 * rnd + 1)
+        complete(port, SERVED_MODEL_NAME, side_pb.text(base, cached), 1)
+        alone = complete(port, SERVED_MODEL_NAME,
+                         PromptBuilder(bt, salt + 1_000 + 2 * rnd).text(long_ids, chunk_tokens), 1)
+        long_text = PromptBuilder(bt, salt + 1_001 + 2 * rnd).text(long_ids, chunk_tokens)
+        out: dict = {}
+        errors: list[BaseException] = []
+
+        def send(key, text):
+            try:
+                out[key] = complete(port, SERVED_MODEL_NAME, text, 1)
+            except BaseException as exc:   # re-raised below
+                errors.append(exc)
+
+        main = threading.Thread(target=send, args=("long", long_text), daemon=True)
+        main.start()
+        time.sleep(0.05 * alone.ttft_s)
+        sides = []
+        for i in range(k):
+            text = side_pb.text(base + [1_000_000 + 100 * i + j for j in range(nb)],
+                                ARRIVAL_SIDE_TOKENS)
+            t = threading.Thread(target=send, args=(i, text), daemon=True)
+            t.start()
+            sides.append(t)
+            time.sleep(0.6 * alone.ttft_s / k)
+        for t in [main, *sides]:
+            t.join()
+        if errors:
+            raise RuntimeError(f"arrival calibration request failed: {errors[0]}") from errors[0]
+        for n_arr, c in ((0, alone), (k, out["long"])):
+            rows.append({"kind": "arrival", "input_length": chunk_tokens,
+                         "cached_tokens": c.cached_tokens, "new_tokens": chunk_tokens - c.cached_tokens,
+                         "ttft_s": c.ttft_s, "tpot_s": np.nan, "repeat": rnd, "arrivals": n_arr})
+    return rows
+
+
+def arrival_overhead_s(calibration: pd.DataFrame) -> float:
+    """``CostModel.arrival_overhead_s`` from :func:`measure_arrival`'s rows: per round, (TTFT with
+    ``k`` arrivals - TTFT alone) / ``k``; their mean, at least 0. 0 without such rows (calibrations
+    made before the measurement existed)."""
+    if "arrivals" not in calibration:
+        return 0.0
+    rows = calibration[calibration["kind"] == "arrival"]
+    per = []
+    for _, g in rows.groupby("repeat" if "server" not in rows else ["server", "repeat"]):
+        alone = g[g["arrivals"] == 0]["ttft_s"]
+        busy = g[g["arrivals"] > 0]
+        if len(alone) and len(busy):
+            per.append((float(busy["ttft_s"].mean()) - float(alone.mean()))
+                       / float(busy["arrivals"].iloc[0]))
+    return max(0.0, float(np.mean(per))) if per else 0.0
+
+
 def measure(port: int, repeats: int = 2, cold_lengths=COLD_LENGTHS, cached_points=CACHED_POINTS,
             decode_tokens: int = 32, salt: int = 10_000, progress=None,
-            warmup: bool = True) -> pd.DataFrame:
+            warmup: bool = True, arrival_rounds: int = ARRIVAL_ROUNDS) -> pd.DataFrame:
     """Send the calibration requests one at a time to the server on ``port``.
 
     Every cold request has text of its own (a new salt); a cached point first sends its
     ``cached`` tokens (warm-up, not recorded) and then ``cached + new`` tokens that share them.
-    The last row is one request with ``decode_tokens`` outputs, for the time per output token.
+    Then ``arrival_rounds`` rounds of :func:`measure_arrival` (0: none; the fit's
+    ``arrival_overhead_s`` is then 0). The last row is one request with ``decode_tokens``
+    outputs, for the time per output token.
 
     ``warmup`` (default) first sends the whole plan once, unrecorded, with texts of its own: a
     fresh server pays one-time costs the first time it computes a step of a new, larger size
@@ -101,8 +194,9 @@ def measure(port: int, repeats: int = 2, cold_lengths=COLD_LENGTHS, cached_point
     Returns
     -------
     pandas.DataFrame
-        ``kind`` (cold / cached / decode), ``input_length``, ``cached_tokens`` (as the engine
-        reported), ``new_tokens``, ``ttft_s``, ``tpot_s`` (decode row only), ``repeat``.
+        ``kind`` (cold / cached / arrival / decode), ``input_length``, ``cached_tokens`` (as the
+        engine reported), ``new_tokens``, ``ttft_s``, ``tpot_s`` (decode row only), ``repeat``,
+        ``arrivals`` (arrival rows: requests that arrived during the step; else 0).
     """
     rows = []
     bt = ENGINE_BLOCK_TOKENS
@@ -139,12 +233,16 @@ def measure(port: int, repeats: int = 2, cold_lengths=COLD_LENGTHS, cached_point
                          "tpot_s": np.nan, "repeat": rep})
             if progress is not None:
                 progress(len(rows), total)
+    if arrival_rounds:
+        rows += measure_arrival(port, arrival_rounds, salt=salt + 50_000)
     pb = PromptBuilder(bt, salt + k + 1)
     c = complete(port, SERVED_MODEL_NAME, pb.text(ids(512, 2), 512), decode_tokens)
     rows.append({"kind": "decode", "input_length": 512, "cached_tokens": c.cached_tokens,
                  "new_tokens": 512 - c.cached_tokens, "ttft_s": c.ttft_s,
                  "tpot_s": (c.end_s - c.first_token_s) / max(1, decode_tokens - 1), "repeat": 0})
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    df["arrivals"] = df["arrivals"].fillna(0).astype(int) if "arrivals" in df else 0
+    return df
 
 
 @dataclass(frozen=True)
@@ -163,6 +261,9 @@ class FittedEngine:
         ``b``: seconds per causal (query, key) pair.
     context_s_per_token : float
         ``e``: seconds per token of cached context, per chunk (0 in fits made before it existed).
+    arrival_overhead_s : float
+        Seconds a request arriving during a step adds to it (:func:`arrival_overhead_s`; 0 in
+        fits made before it existed).
     cost : btb_core.cost.CostModel
         The simulator's cost model with these coefficients.
     kv_capacity_bytes : int
@@ -179,6 +280,7 @@ class FittedEngine:
     kv_capacity_bytes: int
     tpot_s: float = float("nan")
     context_s_per_token: float = 0.0
+    arrival_overhead_s: float = 0.0
 
     def predict_ttft_s(self, new_tokens, cached_tokens=0, chunk_tokens: int = ENGINE_CHUNK_TOKENS):
         """Fitted TTFT of requests alone on the engine (arrays broadcast)."""
@@ -189,12 +291,26 @@ class FittedEngine:
         return np.array([np.dot(design_row(int(s), int(c), chunk_tokens), coef)
                          for s, c in zip(new, cached)])
 
+    def scaled(self, factor: float) -> "FittedEngine":
+        """The same fit with every time ``factor`` times longer (all six coefficients,
+        ``tpot_s`` and the weights' read time of the decode memory term): the engine measured ``factor`` times slower than at calibration (see
+        :func:`btb_core.engine.validate.speed_probe`). Raises ValueError unless ``factor > 0``."""
+        factor = float(factor)
+        if not (factor > 0 and np.isfinite(factor)):
+            raise ValueError(f"FittedEngine.scaled: factor must be a finite number > 0, got {factor!r}")
+        return fitted_engine(self.frontend_s * factor, self.step_overhead_s * factor,
+                             self.linear_s_per_token * factor, self.attention_s_per_pair * factor,
+                             self.tpot_s * factor, self.context_s_per_token * factor,
+                             self.arrival_overhead_s * factor,
+                             memory_bytes_per_s=self.cost.node.hbm_bytes_per_s / factor)
+
     def as_dict(self) -> dict:
         return {"frontend_s": self.frontend_s, "step_overhead_s": self.step_overhead_s,
                 "tpot_s": self.tpot_s,
                 "linear_s_per_token": self.linear_s_per_token,
                 "attention_s_per_pair": self.attention_s_per_pair,
-                "context_s_per_token": self.context_s_per_token, "mfu": self.cost.mfu,
+                "context_s_per_token": self.context_s_per_token,
+                "arrival_overhead_s": self.arrival_overhead_s, "mfu": self.cost.mfu,
                 "attention_mfu": self.cost.attention_mfu, "mbu": self.cost.mbu}
 
     @classmethod
@@ -203,7 +319,8 @@ class FittedEngine:
         return fitted_engine(d["frontend_s"], d["step_overhead_s"], d["linear_s_per_token"],
                              d["attention_s_per_pair"],
                              float("nan") if d.get("tpot_s") is None else d["tpot_s"],
-                             float(d.get("context_s_per_token") or 0.0))
+                             float(d.get("context_s_per_token") or 0.0),
+                             float(d.get("arrival_overhead_s") or 0.0))
 
 
 def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -223,14 +340,14 @@ def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def fit_cost(calibration: pd.DataFrame, chunk_tokens: int = ENGINE_CHUNK_TOKENS, *,
-             context_term: bool = True) -> FittedEngine:
+             context_term: bool = True, arrival_term: bool = True) -> FittedEngine:
     """Fit the step model of the module docstring to calibration rows (see :func:`measure`).
 
     Uses the engine-reported ``cached_tokens`` of each row. ``context_term=False`` fits the model
-    without ``e`` (as before it existed; for comparisons). Raises ValueError with fewer than four
-    prefill rows.
+    without ``e``, ``arrival_term=False`` sets ``arrival_overhead_s`` to 0 (as before each
+    existed; for comparisons). Raises ValueError with fewer than four prefill rows.
     """
-    rows = calibration[calibration["kind"] != "decode"]
+    rows = calibration[calibration["kind"].isin(("cold", "cached"))]
     if len(rows) < 4:
         raise ValueError(f"fit_cost needs >= 4 prefill calibration rows, got {len(rows)}")
     x = np.array([design_row(int(n), int(c), chunk_tokens)
@@ -253,7 +370,8 @@ def fit_cost(calibration: pd.DataFrame, chunk_tokens: int = ENGINE_CHUNK_TOKENS,
     else:
         coef = _nnls(x / y[:, None], np.ones_like(y))
         frontend, overhead, a, b, e = (float(v) for v in coef)
-    return fitted_engine(frontend, overhead, a, b, tpot, e)
+    arrival = arrival_overhead_s(calibration) if arrival_term else 0.0
+    return fitted_engine(frontend, overhead, a, b, tpot, e, arrival)
 
 
 def _decode_memory_s() -> float:
@@ -263,9 +381,14 @@ def _decode_memory_s() -> float:
 
 def fitted_engine(frontend_s: float, step_overhead_s: float, linear_s_per_token: float,
                   attention_s_per_pair: float, tpot_s: float = float("nan"),
-                  context_s_per_token: float = 0.0) -> FittedEngine:
+                  context_s_per_token: float = 0.0,
+                  arrival_overhead_s: float = 0.0, *,
+                  memory_bytes_per_s: float = NOMINAL_MEMORY_BYTES_PER_S) -> FittedEngine:
     """A :class:`FittedEngine` from its coefficients (``tpot_s``: measured seconds per output
-    token, for the decode ``mbu``; NaN keeps ``mbu = 1``; ``context_s_per_token``: ``e``)."""
+    token, for the decode ``mbu``; NaN keeps ``mbu = 1``; ``context_s_per_token``: ``e``;
+    ``arrival_overhead_s``: seconds per request arriving during a step; ``memory_bytes_per_s``:
+    the "node's" memory bandwidth, :data:`NOMINAL_MEMORY_BYTES_PER_S` but in
+    :meth:`FittedEngine.scaled`)."""
     model = tiny_model_spec()
     kv_bytes = ENGINE_KV_SPACE_GIB * 2 ** 30
     lin = 2.0 * model.matmul_params_active
@@ -274,7 +397,7 @@ def fitted_engine(frontend_s: float, step_overhead_s: float, linear_s_per_token:
     rates = [x for x in (lin / a if a > 0 else 0.0, attn / b if b > 0 else 0.0) if x > 0]
     peak = max(rates) if rates else NOMINAL_PEAK_FLOPS
     gpu = GPUSpec(name=f"CPU core (fitted {peak / 1e9:.1f} GFLOP/s)", peak_flops=peak,
-                  hbm_bytes_per_s=NOMINAL_MEMORY_BYTES_PER_S,
+                  hbm_bytes_per_s=memory_bytes_per_s,
                   hbm_capacity_bytes=float(model.weight_bytes + kv_bytes),
                   pcie_bytes_per_s=NOMINAL_MEMORY_BYTES_PER_S, nic_bytes_per_s=1e9,
                   nvme_bytes_per_s=1e9, source="fitted to the engine calibration")
@@ -282,20 +405,23 @@ def fitted_engine(frontend_s: float, step_overhead_s: float, linear_s_per_token:
     mfu = min(1.0, lin / (peak * a)) if a > 0 else 1.0
     attention_mfu = min(1.0, attn / (peak * b)) if b > 0 else 1.0
     mbu = 1.0
-    if np.isfinite(tpot_s) and tpot_s - step_overhead_s > _decode_memory_s() * 1.001:
+    weights_read_s = model.active_weight_bytes / memory_bytes_per_s
+    if np.isfinite(tpot_s) and tpot_s - step_overhead_s > weights_read_s * 1.001:
         mbu = min(1.0, model.active_weight_bytes
-                  / (NOMINAL_MEMORY_BYTES_PER_S * (tpot_s - step_overhead_s)))
+                  / (memory_bytes_per_s * (tpot_s - step_overhead_s)))
     cost = CostModel(model, node, mfu=mfu, mbu=mbu, attention=True, attention_mfu=attention_mfu,
-                     step_overhead_s=step_overhead_s, context_s_per_token=float(context_s_per_token))
+                     step_overhead_s=step_overhead_s, context_s_per_token=float(context_s_per_token),
+                     arrival_overhead_s=float(arrival_overhead_s))
     return FittedEngine(frontend_s, step_overhead_s, a, b, cost, kv_bytes, float(tpot_s),
-                        float(context_s_per_token))
+                        float(context_s_per_token), float(arrival_overhead_s))
 
 
 def measure_concurrent(ports, repeats: int = 2, cold_lengths=COLD_LENGTHS,
                        cached_points=CACHED_POINTS, decode_tokens: int = 32, salt: int = 10_000,
-                       progress=None, warmup: bool = True) -> pd.DataFrame:
+                       progress=None, warmup: bool = True,
+                       arrival_rounds: int = ARRIVAL_ROUNDS) -> pd.DataFrame:
     """:func:`measure` on every server of ``ports`` at the same time (one thread per server;
-    ``warmup`` as there).
+    ``warmup`` and ``arrival_rounds`` as there).
 
     Two servers on one machine slow each other down while both compute (shared caches and memory
     bandwidth; on the 2-core machine this project is tested on, a 30-request replay ran 24-28%
@@ -325,7 +451,7 @@ def measure_concurrent(ports, repeats: int = 2, cold_lengths=COLD_LENGTHS,
             out[i] = measure(ports[i], repeats=repeats, cold_lengths=cold_lengths,
                              cached_points=cached_points, decode_tokens=decode_tokens,
                              salt=salt + 1_000 * i, progress=progress if i == 0 else None,
-                             warmup=warmup)
+                             warmup=warmup, arrival_rounds=arrival_rounds)
         except BaseException as exc:  # re-raised below
             errors.append(exc)
 
@@ -363,24 +489,26 @@ def calibration_for(calibration: pd.DataFrame, num_servers: int) -> pd.DataFrame
 
 
 def fit_by_busy(calibration: pd.DataFrame, chunk_tokens: int = ENGINE_CHUNK_TOKENS, *,
-                context_term: bool = True) -> dict:
+                context_term: bool = True, arrival_term: bool = True) -> dict:
     """``{busy_servers: FittedEngine}``: one :func:`fit_cost` per count of servers calibrated at
-    once (see :func:`measure_concurrent`; ``context_term`` as there)."""
+    once (see :func:`measure_concurrent`; ``context_term`` and ``arrival_term`` as there)."""
     busy = busy_counts(calibration)
-    return {int(k): fit_cost(calibration[busy == k], chunk_tokens, context_term=context_term)
+    return {int(k): fit_cost(calibration[busy == k], chunk_tokens, context_term=context_term,
+                             arrival_term=arrival_term)
             for k in sorted(set(busy.tolist()))}
 
 
 def fit_table(calibration: pd.DataFrame, fitted: FittedEngine) -> pd.DataFrame:
     """Calibration rows with the fitted TTFT and the relative error, for the calibration chart."""
-    df = calibration[calibration["kind"] != "decode"].copy()
+    df = calibration[calibration["kind"].isin(("cold", "cached"))].copy()
     df["fitted_ttft_s"] = fitted.predict_ttft_s(df["new_tokens"].to_numpy(),
                                                 df["cached_tokens"].to_numpy())
     df["rel_error"] = df["fitted_ttft_s"] / df["ttft_s"] - 1.0
     return df.reset_index(drop=True)
 
 
-__all__ = ["CACHED_POINTS", "COLD_LENGTHS", "FittedEngine", "NOMINAL_PEAK_FLOPS", "chunk_steps", "fit_curves",
+__all__ = ["ARRIVAL_ROUNDS", "CACHED_POINTS", "COLD_LENGTHS", "FittedEngine", "NOMINAL_PEAK_FLOPS",
+           "arrival_overhead_s", "chunk_steps", "fit_curves", "measure_arrival",
            "design_row", "busy_counts", "calibration_for", "fit_by_busy", "fit_cost", "fitted_engine",
            "fit_table", "measure", "measure_concurrent"]
 

@@ -119,14 +119,24 @@ def engine_cluster_config(fitted: cal.FittedEngine, num_replicas: int) -> Cluste
                          reuse_on="scheduled", setup_name="vllm-cpu-tiny")
 
 
-def compare(real: pd.DataFrame, trace, fitted: cal.FittedEngine, num_replicas: int) -> pd.DataFrame:
+def compare(real: pd.DataFrame, trace, fitted: cal.FittedEngine, num_replicas: int,
+            speed_factor: float = 1.0) -> pd.DataFrame:
     """Per-request real vs simulated (same arrivals, same replicas). Columns: the real run's, plus
-    ``sim_ttft_s``, ``sim_cached_tokens``, ``cached_match``, ``ttft_rel_error``."""
+    ``sim_ttft_s``, ``sim_cached_tokens``, ``cached_match``, ``ttft_rel_error``; with
+    ``speed_factor`` != 1 (:func:`speed_probe`) the simulation uses ``fitted.scaled(speed_factor)``
+    and the columns add ``speed_factor`` and ``sim_ttft_unscaled_s`` (with ``fitted`` as is)."""
     sim_trace = engine_blocks(trace, real["sent_s"].to_numpy())
-    res = simulate(sim_trace, FixedAssignment(real["replica"]), engine_cluster_config(fitted, num_replicas))
-    sim = res.requests
+
+    def sim_ttft(fit):
+        res = simulate(sim_trace, FixedAssignment(real["replica"]), engine_cluster_config(fit, num_replicas))
+        return res.requests, res.requests["ttft_s"].to_numpy() + fit.frontend_s
+
     df = real.copy()
-    df["sim_ttft_s"] = sim["ttft_s"].to_numpy() + fitted.frontend_s
+    if speed_factor != 1.0:
+        df["speed_factor"] = float(speed_factor)
+        df["sim_ttft_unscaled_s"] = sim_ttft(fitted)[1]
+        fitted = fitted.scaled(speed_factor)
+    sim, df["sim_ttft_s"] = sim_ttft(fitted)
     df["sim_cached_tokens"] = sim["reused_tokens"].to_numpy()
     df["cached_match"] = df["sim_cached_tokens"] == df["cached_tokens"]
     df["ttft_rel_error"] = df["sim_ttft_s"] / df["ttft_s"] - 1.0
@@ -145,7 +155,19 @@ def summarise(df: pd.DataFrame) -> dict:
             "ttft_mean_rel_error": abs(float(sim.mean()) / float(real.mean()) - 1.0),
             "ttft_p90_real_s": p90r, "ttft_p90_sim_s": p90s,
             "ttft_p90_rel_error": abs(p90s / p90r - 1.0),
-            "ttft_median_request_rel_error": float(np.median(np.abs(df["ttft_rel_error"])))}
+            "ttft_median_request_rel_error": float(np.median(np.abs(df["ttft_rel_error"]))),
+            **_unscaled(df, real)}
+
+
+def _unscaled(df: pd.DataFrame, real: np.ndarray) -> dict:
+    """The mean and p90 errors without the speed correction (when there was one)."""
+    if "sim_ttft_unscaled_s" not in df:
+        return {}
+    sim = df["sim_ttft_unscaled_s"].to_numpy()
+    return {"speed_factor": float(df["speed_factor"].mean()),
+            "unscaled_ttft_mean_rel_error": abs(float(sim.mean()) / float(real.mean()) - 1.0),
+            "unscaled_ttft_p90_rel_error": abs(float(np.quantile(sim, 0.9))
+                                               / float(np.quantile(real, 0.9)) - 1.0)}
 
 
 def pool_runs(frames, summaries) -> dict:
@@ -173,6 +195,33 @@ def pool_runs(frames, summaries) -> dict:
     return out
 
 
+#: The speed probe's requests (:func:`speed_probe`): a cold prompt of one full step, and 64 new
+#: tokens after 2,048 cached (the validation trace's two kinds of work).
+PROBE_COLD_LENGTHS = (2048,)
+PROBE_CACHED_POINTS = ((2048, 64),)
+
+
+def speed_probe(ports, fitted: cal.FittedEngine, salt: int) -> float:
+    """How much slower the servers of ``ports`` run now than ``fitted`` says: the median over
+    the probe's requests (:data:`PROBE_COLD_LENGTHS`, :data:`PROBE_CACHED_POINTS`, one of each
+    per server, every server at once) of measured / fitted TTFT. About 1.5 s.
+
+    A shared virtual machine's speed moves by 10-20% over minutes (measured here: the drift check
+    after the replays found the servers 68% and 19% slower than their calibration a few minutes
+    earlier in two runs of 2026-12-01, and -0.1% in a third). With ``speed_correction``,
+    :func:`validate` probes just before and after each recorded replay and simulates that run
+    with the fit scaled by the mean of the two (:meth:`.calibrate.FittedEngine.scaled`): the
+    machine's speed at the time of the run, which the simulator cannot know, measured on requests
+    that are not the replay's. It cannot follow changes within a replay.
+    """
+    rows = cal.measure_concurrent(ports, repeats=1, cold_lengths=PROBE_COLD_LENGTHS,
+                                  cached_points=PROBE_CACHED_POINTS, decode_tokens=2, salt=salt,
+                                  warmup=False, arrival_rounds=0)
+    rows = rows[rows["kind"].isin(("cold", "cached"))]
+    pred = fitted.predict_ttft_s(rows["new_tokens"].to_numpy(), rows["cached_tokens"].to_numpy())
+    return float(np.median(rows["ttft_s"].to_numpy() / pred))
+
+
 #: Calibration points re-measured after the replays (:func:`measure_drift`).
 DRIFT_COLD_LENGTHS = (1024, 2048)
 DRIFT_CACHED_POINTS = ((4096, 1024),)
@@ -189,8 +238,9 @@ def measure_drift(ports, fitted: cal.FittedEngine, salt: int) -> dict:
     says), ``drift_requests`` and ``drift_busy_servers``.
     """
     rows = cal.measure_concurrent(ports, repeats=1, cold_lengths=DRIFT_COLD_LENGTHS,
-                                  cached_points=DRIFT_CACHED_POINTS, salt=salt, warmup=False)
-    rows = rows[rows["kind"] != "decode"]
+                                  cached_points=DRIFT_CACHED_POINTS, salt=salt, warmup=False,
+                                  arrival_rounds=0)
+    rows = rows[rows["kind"].isin(("cold", "cached"))]
     pred = fitted.predict_ttft_s(rows["new_tokens"].to_numpy(), rows["cached_tokens"].to_numpy())
     ratio = rows["ttft_s"].to_numpy() / pred
     return {"calibration_drift": float(np.median(ratio) - 1.0), "drift_requests": int(len(rows)),
@@ -269,12 +319,15 @@ REAL_COLUMNS = ("request_id", "replica", "arrival_s", "sent_s", "input_length", 
 
 
 def score_run(real: pd.DataFrame, trace, fitted: cal.FittedEngine, num_replicas: int, policy: str,
-              seed: int = 0) -> tuple[pd.DataFrame, dict]:
-    """Per-request comparison and summary of one real run (see the module docstring)."""
-    df = compare(real[list(REAL_COLUMNS)], trace, fitted, num_replicas)
+              seed: int = 0, speed_factor: float = 1.0) -> tuple[pd.DataFrame, dict]:
+    """Per-request comparison and summary of one real run (see the module docstring;
+    ``speed_factor`` as in :func:`compare`)."""
+    df = compare(real[list(REAL_COLUMNS)], trace, fitted, num_replicas, speed_factor)
     df.insert(0, "policy", policy)
     df.insert(1, "num_replicas", num_replicas)
     summary = summarise(df)
+    if speed_factor != 1.0:
+        fitted = fitted.scaled(speed_factor)
     sim_pol = simulate(engine_blocks(trace, real["sent_s"].to_numpy()), make_router(policy),
                        engine_cluster_config(fitted, num_replicas), seed=seed).requests
     summary["sim_policy_ttft_mean_s"] = float(sim_pol["ttft_s"].mean() + fitted.frontend_s)
@@ -284,13 +337,16 @@ def score_run(real: pd.DataFrame, trace, fitted: cal.FittedEngine, num_replicas:
 
 
 def rescore(result: "ValidationResult", trace=None, seed: int = 0, *,
-            context_term: bool = True) -> "ValidationResult":
+            context_term: bool = True, arrival_term: bool = True,
+            speed_correction: bool = True) -> "ValidationResult":
     """Refit the cost model to ``result.calibration`` and redo every comparison from the real
     columns of ``result.requests`` (no engine needed; the simulator is deterministic).
     ``trace`` defaults to the first ``len`` requests of :data:`DEFAULT_TRACE`;
-    ``context_term=False`` refits without the cached-context term (see
-    :func:`.calibrate.fit_cost`), to see what it changes."""
-    fits = cal.fit_by_busy(result.calibration, context_term=context_term)
+    ``context_term=False`` refits without the cached-context term, ``arrival_term=False``
+    without the arrival overhead (see :func:`.calibrate.fit_cost`), ``speed_correction=False``
+    ignores the runs' measured ``speed_factor`` (:func:`speed_probe`), to see what each changes."""
+    fits = cal.fit_by_busy(result.calibration, context_term=context_term,
+                           arrival_term=arrival_term)
     probe = ValidationResult(result.calibration, next(iter(fits.values())), result.requests,
                              result.summary, fits=fits)
     rows, frames = [], []
@@ -302,7 +358,10 @@ def rescore(result: "ValidationResult", trace=None, seed: int = 0, *,
         for rep, real in both.groupby("repeat", sort=True):
             real = real.reset_index(drop=True)
             tr = trace if trace is not None else head(load_validation_trace(), len(real))
-            df, summary = score_run(real, tr, probe.fitted_for(int(n)), int(n), policy, seed)
+            f = (float(real["speed_factor"].iloc[0])
+                 if speed_correction and "speed_factor" in real and real["speed_factor"].notna().any()
+                 else 1.0)
+            df, summary = score_run(real, tr, probe.fitted_for(int(n)), int(n), policy, seed, f)
             df.insert(2, "repeat", int(rep))
             runs.append(df)
             sums.append(summary)
@@ -332,7 +391,8 @@ def head(trace, n: int):
 def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: int = 2,
              replay_repeats: int = 1, seed: int = 0, max_requests: int | None = None,
              quick_calibration: bool = False, calibration: pd.DataFrame | None = None,
-             drift_check: bool = True, warmup_replays: int = 1, log=print) -> ValidationResult:
+             drift_check: bool = True, warmup_replays: int = 1, speed_correction: bool = False,
+             log=print) -> ValidationResult:
     """Run the validation (module docstring) and return per-request and summary tables.
 
     Parameters
@@ -364,6 +424,13 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
         one-time costs for every new step shape; over eight back-to-back recorded runs of the
         validation trace on one server without it, the real mean TTFT fell from 3.28 to 3.00 s
         (9%), the first runs being the slowest. The simulator models a warm engine.
+    speed_correction : bool
+        Probe the servers' speed just before and after each recorded replay (:func:`speed_probe`,
+        ~3 s a run) and simulate the run with the fit scaled by the mean of the two; the
+        summary then also gives ``speed_factor`` and the errors without the correction
+        (``unscaled_ttft_mean_rel_error``, ``unscaled_ttft_p90_rel_error``). Off by default: on
+        the noisy machine it was tried on (16 runs, probes 0.92-1.14), it took the per-run error
+        from 8.6% to 8.0% rms, within that machine's noise (README section 14).
     drift_check : bool
         After the replays, re-measure a few calibration points and report how far the engine's
         speed moved from the fit (:func:`measure_drift`; ``info["calibration_drift"]``).
@@ -403,8 +470,8 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
     with EngineCluster(n_servers) as cluster:
         say(f"servers ready on ports {cluster.ports} after {time.perf_counter() - t_start:.0f} s")
         if calibration is None:
-            points = ({"cold_lengths": cal.QUICK_COLD_LENGTHS, "cached_points": cal.QUICK_CACHED_POINTS}
-                      if quick_calibration else {})
+            points = ({"cold_lengths": cal.QUICK_COLD_LENGTHS, "cached_points": cal.QUICK_CACHED_POINTS,
+                       "arrival_rounds": 1} if quick_calibration else {})
             frames_cal = []
             for k, n in enumerate(sorted(set(replicas))):
                 say(f"calibrating TTFT vs prompt length and cached context on {n} server(s) at "
@@ -432,12 +499,21 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
             for rep in range(int(replay_repeats)):
                 for policy in policies:
                     salt += 1
+                    factor = 1.0
+                    if speed_correction:
+                        before = speed_probe(ports, fitted, salt=700_000 + 10 * salt)
                     cluster.reset_prefix_caches()
                     t0 = time.perf_counter()
                     real = replay(trace, make_router(policy), ports, salt=salt, seed=seed)
-                    df, summary = score_run(real, trace, fitted, n, policy, seed)
+                    wall = time.perf_counter() - t0
+                    if speed_correction:
+                        after = speed_probe(ports, fitted, salt=700_000 + 10 * salt + 5)
+                        factor = 0.5 * (before + after)
+                        say(f"{n} server(s) {policy:12s}: speed probe {before:.3f} before, "
+                            f"{after:.3f} after (measured / fitted TTFT)")
+                    df, summary = score_run(real, trace, fitted, n, policy, seed, factor)
                     df.insert(2, "repeat", rep)
-                    summary["replay_wall_s"] = time.perf_counter() - t0
+                    summary["replay_wall_s"] = wall
                     runs[policy].append(df)
                     sums[policy].append(summary)
                     tag = f" run {rep + 1}/{replay_repeats}" if replay_repeats > 1 else ""
@@ -458,7 +534,8 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
                 f"{n_servers} server(s) busy)")
     info = {"trace": getattr(trace, "name", "trace"), "trace_requests": int(len(trace.table)),
             "block_tokens": ENGINE_BLOCK_TOKENS, "chunk_tokens": ENGINE_CHUNK_TOKENS,
-            "replay_repeats": int(replay_repeats), "warmup_replays": int(warmup_replays), **drift,
+            "replay_repeats": int(replay_repeats), "warmup_replays": int(warmup_replays),
+            "speed_correction": bool(speed_correction), **drift,
             "wall_s": time.perf_counter() - t_start}
     return ValidationResult(calibration, probe.fitted_for(max(replicas)),
                             pd.concat(frames, ignore_index=True), pd.DataFrame(rows), info, fits)
@@ -467,5 +544,6 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
 __all__ = ["DEFAULT_POLICIES", "DEFAULT_TRACE", "DRIFT_CACHED_POINTS", "DRIFT_COLD_LENGTHS",
            "SHIPPED_RESULT", "FixedAssignment", "GOALS", "ValidationResult",
            "compare", "engine_blocks", "engine_cluster_config", "load_result", "load_validation_trace",
-           "measure_drift", "pool_runs", "save_result",
+           "measure_drift", "pool_runs", "save_result", "speed_probe", "PROBE_COLD_LENGTHS",
+           "PROBE_CACHED_POINTS",
            "head", "rescore", "score_run", "summarise", "validate"]

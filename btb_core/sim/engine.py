@@ -148,6 +148,7 @@ class Simulator:
         self.progress = progress
         self.scheduler = SCHEDULERS[cluster.scheduler](cluster)
         self.decode = DecodeModel(self.cost)
+        self._arrival_s = float(getattr(self.cost, "arrival_overhead_s", 0.0))
         self.kv_bytes_per_token = self.cost.kv_bytes_per_token
         self.capacity_blocks = cluster.hbm_capacity_blocks(self.block_tokens)
         dram_blocks = cluster.tier_capacity_blocks(cluster.dram_capacity_bytes, self.block_tokens)
@@ -373,6 +374,7 @@ class Simulator:
         held = self._held_jobs
         q_time, q_replica, q_len = self.queue_samples
         heappop = heapq.heappop
+        arrival_s = self._arrival_s
         while True:
             next_arrival = arrive_s[j] if j < n_chunk else inf
             if heap and ((top := heap[0])[0] < next_arrival
@@ -434,6 +436,8 @@ class Simulator:
             if rep.busy:
                 if rep.op_kind == "stretch":
                     self._cut_stretch(rep)
+                if arrival_s:
+                    self._arrival_overhead(rep)
             elif not rep.kick_pending:    # (a wake-up already pending plans it)
                 if j < n_chunk and arrive_s[j] == next_arrival:
                     # more arrivals at this instant: schedule together, after all of them
@@ -572,8 +576,11 @@ class Simulator:
                 else:
                     rep.kick_pending = True
                     self._push(self.now, _KICK, rep)
-        elif rep.op_kind == "stretch":
-            self._cut_stretch(rep)
+        else:
+            if rep.op_kind == "stretch":
+                self._cut_stretch(rep)
+            if self._arrival_s:
+                self._arrival_overhead(rep)
 
     # ------------------------------------------------------------------ cluster events
     def routable(self, replica: int) -> bool:
@@ -1025,9 +1032,10 @@ class Simulator:
         rep.op_kind = kind
         token = rep.op_token = rep.op_token + 1
         now = rep.op_start_s = self.now
+        end = rep.op_end_s = now + duration
         rep.op_data = data
         self._seq += 1
-        heapq.heappush(self._heap, (now + duration, _OP, self._seq, rep, token))
+        heapq.heappush(self._heap, (end, _OP, self._seq, rep, token))
 
     def idle(self, rep):
         """Leave ``rep`` idle until the next arrival, transfer or wake-up plans it again."""
@@ -1059,8 +1067,21 @@ class Simulator:
         m = self.decode.steps_within(n, ctx, k, self.now - rep.op_start_s)
         if m >= k:
             return
-        end = rep.op_start_s + self.decode.stretch_s(n, ctx, m)
+        end = rep.op_end_s = rep.op_start_s + self.decode.stretch_s(n, ctx, m)
         rep.op_data = (n, ctx, m)
+        rep.op_token += 1
+        self._push(end, _OP, rep, rep.op_token)
+
+    def _arrival_overhead(self, rep) -> None:
+        """A request arrived at busy ``rep``: its running operation ends
+        ``CostModel.arrival_overhead_s`` later (not a pause; see the cost model's docstring).
+
+        Called after :meth:`_cut_stretch`, so a decode stretch is already cut to the step in
+        progress and is never cut again (a later cut finds that step still in progress)."""
+        if rep.op_kind == "pause":
+            return
+        s = self._arrival_s
+        end = rep.op_end_s = rep.op_end_s + s
         rep.op_token += 1
         self._push(end, _OP, rep, rep.op_token)
 

@@ -60,7 +60,7 @@ class Replica:
     """State of one replica; scheduling logic is driven by the engine (see module docstring)."""
 
     __slots__ = ("idx", "cache", "waiting", "prefilling", "decode_heap", "n_decode", "ctx_tokens",
-                 "steps_done", "busy", "op_kind", "op_token", "op_start_s", "op_data",
+                 "steps_done", "busy", "op_kind", "op_token", "op_start_s", "op_end_s", "op_data",
                  "paused_until", "in_op", "copy_marks", "copy_lengths",
                  "egress_free_s", "ingress_free_s", "kick_pending", "holds", "epoch", "queued_tokens")
 
@@ -78,6 +78,7 @@ class Replica:
         self.op_kind = None
         self.op_token = 0
         self.op_start_s = 0.0
+        self.op_end_s = 0.0           # when the operation in progress ends
         self.op_data = None
         self.paused_until = 0.0
         self.in_op = 0                # requests in a prefill op (prefill_first)

@@ -73,9 +73,10 @@ class PrefillFirst(Scheduler):
                 rep.op_kind = "prefill"
                 token = rep.op_token = rep.op_token + 1
                 now = rep.op_start_s = sim.now
+                end = rep.op_end_s = now + duration
                 rep.op_data = job
                 sim._seq += 1
-                heapq.heappush(sim._heap, (now + duration, _OP, sim._seq, rep, token))
+                heapq.heappush(sim._heap, (end, _OP, sim._seq, rep, token))
                 return
         if rep.n_decode:
             sim.start_stretch(rep)
