@@ -21,6 +21,7 @@ MFU 0.5, 70.6e9 parameters, no attention term, no setup latency): 71.4 us of pre
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Iterable, Mapping
@@ -133,7 +134,9 @@ class CostModel:
     Raises
     ------
     ConfigError
-        ``mfu``/``mbu`` outside (0, 1], an unknown tier or a negative latency; from every
+        ``mfu``/``mbu`` outside (0, 1]; ``step_overhead_s``, ``context_s_per_token`` or
+        ``arrival_overhead_s`` negative, NaN, infinite or not a number (a bool or a string);
+        an unknown tier or a negative latency; from every
         method, a token count, batch or FLOP count that is negative, NaN, infinite or a bool
         (scalars or arrays).
 
@@ -160,25 +163,24 @@ class CostModel:
             raise ConfigError(f"CostModel: field model must be a ModelSpec, got {self.model!r}")
         if not isinstance(self.node, NodeSpec):
             raise ConfigError(f"CostModel: field node must be a NodeSpec, got {self.node!r}")
-        for name in ("mfu", "mbu"):
+        setattr_ = object.__setattr__
+        for name in ("mfu", "mbu", "attention_mfu", "step_overhead_s", "context_s_per_token",
+                     "arrival_overhead_s"):
             value = getattr(self, name)
-            if (not isinstance(value, (int, float)) or isinstance(value, bool)
-                    or not 0.0 < value <= 1.0):
-                raise ConfigError(f"CostModel: field {name} must be in (0, 1], got {value!r}")
+            if value is None and name == "attention_mfu":
+                continue
+            if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
+                raise ConfigError(f"CostModel: field {name} must be a number, got {value!r}")
+            value = float(value)          # numpy scalars welcome; stored as float
+            setattr_(self, name, value)
+            if name in ("mfu", "mbu", "attention_mfu"):
+                if not 0.0 < value <= 1.0:
+                    raise ConfigError(f"CostModel: field {name} must be in (0, 1]"
+                                      f"{' or None' if name == 'attention_mfu' else ''}, got {value!r}")
+            elif not 0.0 <= value < float("inf"):
+                raise ConfigError(f"CostModel: field {name} must be finite and >= 0 seconds, "
+                                  f"got {value!r}")
         am = self.attention_mfu
-        if am is not None and (not isinstance(am, (int, float)) or isinstance(am, bool)
-                               or not 0.0 < am <= 1.0):
-            raise ConfigError(f"CostModel: field attention_mfu must be in (0, 1] or None, got {am!r}")
-        so = self.step_overhead_s
-        if not isinstance(so, (int, float)) or isinstance(so, bool) or not 0.0 <= so < float("inf"):
-            raise ConfigError(f"CostModel: field step_overhead_s must be >= 0 seconds, got {so!r}")
-        cs = self.context_s_per_token
-        if not isinstance(cs, (int, float)) or isinstance(cs, bool) or not 0.0 <= cs < float("inf"):
-            raise ConfigError("CostModel: field context_s_per_token must be >= 0 seconds, "
-                              f"got {cs!r}")
-        ao = self.arrival_overhead_s
-        if not isinstance(ao, (int, float)) or isinstance(ao, bool) or not 0.0 <= ao < float("inf"):
-            raise ConfigError(f"CostModel: field arrival_overhead_s must be >= 0 seconds, got {ao!r}")
         latency = dict(DEFAULT_SETUP_LATENCY_S)
         for tier, value in dict(self.setup_latency_s).items():
             if tier not in TIERS:
@@ -188,7 +190,6 @@ class CostModel:
                 raise ConfigError(f"CostModel: setup_latency_s[{tier!r}] must be >= 0 seconds, "
                                   f"got {value!r}")
             latency[tier] = float(value)
-        setattr_ = object.__setattr__
         setattr_(self, "setup_latency_s", MappingProxyType(latency))
         m, n = self.model, self.node
         kv = m.kv_bytes_per_token

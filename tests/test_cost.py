@@ -95,6 +95,27 @@ def test_invalid_efficiency_raises(field, value):
         cost_model_for_setup("70b_h100x4", **{field: value})
 
 
+@pytest.mark.parametrize("field", ["step_overhead_s", "context_s_per_token", "arrival_overhead_s"])
+@pytest.mark.parametrize("value, match", [(-1e-3, ">= 0 seconds"), (float("nan"), ">= 0 seconds"),
+                                          (float("inf"), "finite"), (True, "a number"),
+                                          ("5", "a number"), (None, "a number")])
+def test_invalid_engine_terms_raise(field, value, match):
+    with pytest.raises(ConfigError, match=f"field {field} must be .*{match}"):
+        cost_model_for_setup("70b_h100x4", **{field: value})
+
+
+def test_numpy_scalars_are_accepted_and_stored_as_float():
+    # np.float32 / np.int64 (what a fit or a parquet column hands over) are numbers like any other
+    import numpy as np
+
+    cm = cost_model_for_setup("70b_h100x4", mfu=np.float32(0.5), step_overhead_s=np.int64(0),
+                              arrival_overhead_s=np.float64(0.004))
+    assert type(cm.mfu) is float and cm.mfu == 0.5 and cm.step_overhead_s == 0.0
+    assert cm.prefill_s(1000) == cost_model_for_setup("70b_h100x4", mfu=0.5).prefill_s(1000)
+    with pytest.raises(ConfigError, match="mfu must be a number"):
+        cost_model_for_setup("70b_h100x4", mfu=np.bool_(True))
+
+
 def test_invalid_latency_raises():
     with pytest.raises(ConfigError, match="nvme"):
         cost_model_for_setup("70b_h100x4", setup_latency_s={"nvme": -1})

@@ -519,3 +519,44 @@ def test_arrival_overhead_applies_to_requests_a_router_dispatches_later():
     # A's first 2,048-token step is running when C arrives (B's 200 tokens finish first)
     assert out[0.004]["ttft_s"].iloc[0] == pytest.approx(out[0.0]["ttft_s"].iloc[0] + 0.004, abs=1e-12)
     assert out[0.004]["ttft_s"].iloc[1] == out[0.0]["ttft_s"].iloc[1]
+
+
+def test_arrival_overhead_leaves_out_rounds_with_a_missing_ttft():
+    from btb_core.engine.calibrate import arrival_overhead_s
+
+    rows = pd.DataFrame({"kind": "arrival", "repeat": [0, 0, 1, 1, 2, 2], "arrivals": [0, 12] * 3,
+                         "ttft_s": [1.0, 1.06, 1.0, 1.06, 1.0, np.nan]})
+    assert arrival_overhead_s(rows) == pytest.approx(0.005)
+    assert arrival_overhead_s(rows.assign(arrivals=[0, 12, 0, np.nan, 0, 12])) == pytest.approx(0.005)
+
+
+def test_scaled_fit_survives_as_dict_and_rejects_non_numbers():
+    from btb_core.engine.calibrate import FittedEngine, fitted_engine
+
+    fit = fitted_engine(0.006, 0.009, 2.9e-4, 1e-7, 0.017, 3.9e-6, 0.0054)
+    for k in (0.9, 1.3):
+        slow = fit.scaled(k)
+        back = FittedEngine.from_dict(slow.as_dict())
+        assert back.as_dict() == slow.as_dict()
+        assert back.cost.decode_step_s(1, 512) == pytest.approx(k * fit.cost.decode_step_s(1, 512), rel=1e-12)
+    assert "memory_bytes_per_s" not in fit.as_dict()
+    for bad in (True, "2", float("nan"), -1.0):
+        with pytest.raises(ValueError, match="factor"):
+            fit.scaled(bad)
+
+
+def test_rescore_with_a_speed_factor_on_some_runs_only():
+    # one run probed (factor 1.1), the other not (NaN): no crash, unscaled errors for both runs
+    from btb_core.engine.validate import SHIPPED_RESULT, load_result, rescore
+
+    res = load_result(SHIPPED_RESULT)
+    req = res.requests.copy()
+    req["speed_factor"] = np.where(req["repeat"] == 0, 1.1, np.nan)
+    req.loc[req.groupby(["num_replicas", "policy"]).head(1).index, "speed_factor"] = np.nan
+    res.requests = req
+    out = rescore(res).summary
+    assert np.isfinite(out["unscaled_ttft_mean_rel_error"]).all()
+    assert out["speed_factor"].to_numpy() == pytest.approx(1.05)
+    plain = rescore(res, speed_correction=False).summary
+    assert "speed_factor" not in plain
+    assert out["unscaled_ttft_mean_rel_error"].to_numpy() == pytest.approx(plain["ttft_mean_rel_error"].to_numpy())

@@ -105,8 +105,11 @@ def measure_arrival(port: int, rounds: int = ARRIVAL_ROUNDS, k: int = ARRIVAL_RE
     :data:`ARRIVAL_SIDE_NEW` cached by an unrecorded request first) cannot join the step, which
     fills the budget, so the long prompt's extra TTFT is work done on the server's core while it
     computes: ``CostModel.arrival_overhead_s`` per arrival (``benchmarks/engine_arrival_cost.py``
-    measured ~5.2 ms on this project's test machine). They arrive over the middle 60% of the
-    alone TTFT of the same round, starting at 5% of it.
+    measured ~5.2 ms on this project's test machine). The first arrives at 5% of the same round's
+    lone TTFT ``T``, the others one every ``0.6 x T / k`` after it. One possible bias, small: with
+    arrivals, the long prompt's first token is streamed while the engine already computes the
+    arriving requests' step on the same core, alone it is not (a share of a ~1 ms streaming time,
+    over ``k``).
 
     Returns
     -------
@@ -157,12 +160,22 @@ def measure_arrival(port: int, rounds: int = ARRIVAL_ROUNDS, k: int = ARRIVAL_RE
 
 
 def arrival_overhead_s(calibration: pd.DataFrame) -> float:
-    """``CostModel.arrival_overhead_s`` from :func:`measure_arrival`'s rows: per round, (TTFT with
-    ``k`` arrivals - TTFT alone) / ``k``; their mean, at least 0. 0 without such rows (calibrations
-    made before the measurement existed)."""
+    """``CostModel.arrival_overhead_s`` from :func:`measure_arrival`'s rows (``kind ==
+    "arrival"``): per round (and server), (TTFT with ``k`` arrivals - TTFT alone) / ``k``; their
+    mean, at least 0. Rounds with a missing or non-finite ``ttft_s`` or ``arrivals`` are left
+    out. 0 without an ``arrivals`` column or without a complete round (calibrations made before
+    the measurement existed).
+
+    Raises
+    ------
+    KeyError
+        The frame has ``arrivals`` but not ``kind``, ``repeat`` and ``ttft_s`` (not a
+        :func:`measure` frame).
+    """
     if "arrivals" not in calibration:
         return 0.0
     rows = calibration[calibration["kind"] == "arrival"]
+    rows = rows[np.isfinite(rows["ttft_s"].astype(float)) & np.isfinite(rows["arrivals"].astype(float))]
     per = []
     for _, g in rows.groupby("repeat" if "server" not in rows else ["server", "repeat"]):
         alone = g[g["arrivals"] == 0]["ttft_s"]
@@ -295,9 +308,10 @@ class FittedEngine:
         """The same fit with every time ``factor`` times longer (all six coefficients,
         ``tpot_s`` and the weights' read time of the decode memory term): the engine measured ``factor`` times slower than at calibration (see
         :func:`btb_core.engine.validate.speed_probe`). Raises ValueError unless ``factor > 0``."""
-        factor = float(factor)
-        if not (factor > 0 and np.isfinite(factor)):
+        if (not isinstance(factor, (int, float, np.integer, np.floating)) or isinstance(factor, bool)
+                or not (factor > 0 and np.isfinite(factor))):
             raise ValueError(f"FittedEngine.scaled: factor must be a finite number > 0, got {factor!r}")
+        factor = float(factor)
         return fitted_engine(self.frontend_s * factor, self.step_overhead_s * factor,
                              self.linear_s_per_token * factor, self.attention_s_per_pair * factor,
                              self.tpot_s * factor, self.context_s_per_token * factor,
@@ -311,7 +325,9 @@ class FittedEngine:
                 "attention_s_per_pair": self.attention_s_per_pair,
                 "context_s_per_token": self.context_s_per_token,
                 "arrival_overhead_s": self.arrival_overhead_s, "mfu": self.cost.mfu,
-                "attention_mfu": self.cost.attention_mfu, "mbu": self.cost.mbu}
+                "attention_mfu": self.cost.attention_mfu, "mbu": self.cost.mbu,
+                **({"memory_bytes_per_s": self.cost.node.hbm_bytes_per_s}
+                   if self.cost.node.hbm_bytes_per_s != NOMINAL_MEMORY_BYTES_PER_S else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "FittedEngine":
@@ -320,7 +336,9 @@ class FittedEngine:
                              d["attention_s_per_pair"],
                              float("nan") if d.get("tpot_s") is None else d["tpot_s"],
                              float(d.get("context_s_per_token") or 0.0),
-                             float(d.get("arrival_overhead_s") or 0.0))
+                             float(d.get("arrival_overhead_s") or 0.0),
+                             memory_bytes_per_s=float(d.get("memory_bytes_per_s")
+                                                      or NOMINAL_MEMORY_BYTES_PER_S))
 
 
 def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:

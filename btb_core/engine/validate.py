@@ -120,11 +120,12 @@ def engine_cluster_config(fitted: cal.FittedEngine, num_replicas: int) -> Cluste
 
 
 def compare(real: pd.DataFrame, trace, fitted: cal.FittedEngine, num_replicas: int,
-            speed_factor: float = 1.0) -> pd.DataFrame:
+            speed_factor: float | None = None) -> pd.DataFrame:
     """Per-request real vs simulated (same arrivals, same replicas). Columns: the real run's, plus
-    ``sim_ttft_s``, ``sim_cached_tokens``, ``cached_match``, ``ttft_rel_error``; with
-    ``speed_factor`` != 1 (:func:`speed_probe`) the simulation uses ``fitted.scaled(speed_factor)``
-    and the columns add ``speed_factor`` and ``sim_ttft_unscaled_s`` (with ``fitted`` as is)."""
+    ``sim_ttft_s``, ``sim_cached_tokens``, ``cached_match``, ``ttft_rel_error``; with a
+    ``speed_factor`` (:func:`speed_probe`; ``None``: no correction) the simulation uses
+    ``fitted.scaled(speed_factor)`` and the columns add ``speed_factor`` and
+    ``sim_ttft_unscaled_s`` (with ``fitted`` as is)."""
     sim_trace = engine_blocks(trace, real["sent_s"].to_numpy())
 
     def sim_ttft(fit):
@@ -132,7 +133,7 @@ def compare(real: pd.DataFrame, trace, fitted: cal.FittedEngine, num_replicas: i
         return res.requests, res.requests["ttft_s"].to_numpy() + fit.frontend_s
 
     df = real.copy()
-    if speed_factor != 1.0:
+    if speed_factor is not None:
         df["speed_factor"] = float(speed_factor)
         df["sim_ttft_unscaled_s"] = sim_ttft(fitted)[1]
         fitted = fitted.scaled(speed_factor)
@@ -206,9 +207,9 @@ def speed_probe(ports, fitted: cal.FittedEngine, salt: int) -> float:
     the probe's requests (:data:`PROBE_COLD_LENGTHS`, :data:`PROBE_CACHED_POINTS`, one of each
     per server, every server at once) of measured / fitted TTFT. About 1.5 s.
 
-    A shared virtual machine's speed moves by 10-20% over minutes (measured here: the drift check
-    after the replays found the servers 68% and 19% slower than their calibration a few minutes
-    earlier in two runs of 2026-12-01, and -0.1% in a third). With ``speed_correction``,
+    A shared virtual machine's speed moves over minutes (measured here on 2026-12-01: the drift
+    check after the replays found the servers 68% and 19% slower than their calibration a few
+    minutes earlier in two runs, -0.1% and +1.1% in two others). With ``speed_correction``,
     :func:`validate` probes just before and after each recorded replay and simulates that run
     with the fit scaled by the mean of the two (:meth:`.calibrate.FittedEngine.scaled`): the
     machine's speed at the time of the run, which the simulator cannot know, measured on requests
@@ -319,14 +320,14 @@ REAL_COLUMNS = ("request_id", "replica", "arrival_s", "sent_s", "input_length", 
 
 
 def score_run(real: pd.DataFrame, trace, fitted: cal.FittedEngine, num_replicas: int, policy: str,
-              seed: int = 0, speed_factor: float = 1.0) -> tuple[pd.DataFrame, dict]:
+              seed: int = 0, speed_factor: float | None = None) -> tuple[pd.DataFrame, dict]:
     """Per-request comparison and summary of one real run (see the module docstring;
     ``speed_factor`` as in :func:`compare`)."""
     df = compare(real[list(REAL_COLUMNS)], trace, fitted, num_replicas, speed_factor)
     df.insert(0, "policy", policy)
     df.insert(1, "num_replicas", num_replicas)
     summary = summarise(df)
-    if speed_factor != 1.0:
+    if speed_factor is not None:
         fitted = fitted.scaled(speed_factor)
     sim_pol = simulate(engine_blocks(trace, real["sent_s"].to_numpy()), make_router(policy),
                        engine_cluster_config(fitted, num_replicas), seed=seed).requests
@@ -358,9 +359,10 @@ def rescore(result: "ValidationResult", trace=None, seed: int = 0, *,
         for rep, real in both.groupby("repeat", sort=True):
             real = real.reset_index(drop=True)
             tr = trace if trace is not None else head(load_validation_trace(), len(real))
-            f = (float(real["speed_factor"].iloc[0])
-                 if speed_correction and "speed_factor" in real and real["speed_factor"].notna().any()
-                 else 1.0)
+            f = None
+            if speed_correction and "speed_factor" in real:
+                known = real["speed_factor"].dropna()
+                f = float(known.iloc[0]) if len(known) else 1.0   # a run without a probe: as measured
             df, summary = score_run(real, tr, probe.fitted_for(int(n)), int(n), policy, seed, f)
             df.insert(2, "repeat", int(rep))
             runs.append(df)
@@ -499,7 +501,7 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
             for rep in range(int(replay_repeats)):
                 for policy in policies:
                     salt += 1
-                    factor = 1.0
+                    factor = None
                     if speed_correction:
                         before = speed_probe(ports, fitted, salt=700_000 + 10 * salt)
                     cluster.reset_prefix_caches()
