@@ -170,3 +170,17 @@ def test_btb_adaptive_rewarms_a_new_replica_after_a_failure():
     assert summ["requests_on_added"] > 0 and summ["first_request_on_added_s"] >= 16.0
     req = res["btb_adaptive"].requests
     assert len(req) == 480 and (req["finish_s"] > 0).all()
+
+
+def test_btb_adaptive_forgets_the_pending_blocks_of_requests_lost_in_a_failure():
+    # requests queued on replica 1 when it fails are re-routed: its pending book must not keep
+    # saying their blocks are coming there (the warm set and the scores read it)
+    n = 12
+    tr = make_trace([0.001 * i for i in range(n)], [4096] * n, [8] * n,
+                    [[1, 2, 3, 4] + [100 * i + k for k in range(252)] for i in range(n)],
+                    block_tokens=BT)
+    router = policy_class("btb_adaptive")()
+    res = simulate(tr, router, cluster(2), events=[ClusterEvent(0.01, "fail", 1)])
+    assert res.metrics["retries"] == 5 and (res.requests["replica"] == 0).all()
+    # every request's prefill ended, so nothing is pending anywhere
+    assert router._pend.reach == {} and router._pend.count == {}

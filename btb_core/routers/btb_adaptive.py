@@ -1055,12 +1055,13 @@ class BTBAdaptiveRouter(Router):
         for tid, entry in list(self._tid.items()):
             if entry[1] == replica:
                 del self._tid[tid]
-        for idx, (_, r, _, keys) in list(self._req.items()):
-            if r == replica:        # lost before its prefill ended: it no longer queues there
-                for key in keys:
+        for idx, (_, r, fruns, keys) in list(self._req.items()):
+            if r == replica:        # lost before its prefill ended: it no longer queues there,
+                for key in keys:    # nor will its blocks be computed there (pending book)
                     act = self._active.get(key)
                     if act is not None and act.queued > 0:
                         act.queued -= 1
+                self._pend.remove(r, fruns[0], fruns[1])
                 del self._req[idx]
         self._set_incoming(replica, [])
         self._out[replica] = {}
