@@ -391,7 +391,7 @@ def head(trace, n: int):
 
 
 def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: int = 2,
-             replay_repeats: int = 1, seed: int = 0, max_requests: int | None = None,
+             replay_repeats: int = 2, seed: int = 0, max_requests: int | None = None,
              quick_calibration: bool = False, calibration: pd.DataFrame | None = None,
              drift_check: bool = True, warmup_replays: int = 1, speed_correction: bool = False,
              log=print) -> ValidationResult:
@@ -411,7 +411,9 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
         Calibration repeats per point.
     replay_repeats : int
         Real runs per (server count, policy), each on a cold prefix cache; the summary pools
-        them and reports the engine's run-to-run noise (:func:`pool_runs`).
+        them and reports the engine's run-to-run noise (:func:`pool_runs`). Default 2: on the
+        2-core machine this project is tested on, one run of a policy moved by up to 17% from
+        the next (README section 14).
     max_requests : int, optional
         Replay only the first ``max_requests`` requests of the trace.
     quick_calibration : bool
