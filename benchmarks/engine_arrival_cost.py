@@ -6,7 +6,7 @@ tokenising, request handling) shares the core with the engine, so every request 
 a step runs takes some of that step's time. The simulator models it as
 ``CostModel.arrival_overhead_s`` (each arrival at a busy replica pushes the running operation's
 end back), which the calibration measures the same way (``btb_core.engine.calibrate.measure_arrival``,
-one step alone vs with 12 arrivals); this script is the longer, standalone measurement.
+one step alone vs with 24 arrivals, 4 rounds); this script is the longer, standalone measurement.
 
 This script measures it on one warm server: a cold ``--long-tokens`` prompt (one engine step at
 the default 2,048) is sent alone, then with ``k`` requests of ``--side-tokens`` tokens (all but the

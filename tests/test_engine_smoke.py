@@ -70,9 +70,9 @@ def test_real_engine_smoke(tmp_path):
     assert [c.prompt_tokens for c in both] == [96, 96, 2]
     assert sorted(c.cached_tokens for c in both[:2]) == [0, 64]
     fitted = fit_cost(calib)
-    # one round of the arrival measurement: the step alone and with 12 requests arriving in it
+    # one round of the arrival measurement: the step alone and with 24 requests arriving in it
     arr = calib[calib["kind"] == "arrival"]
-    assert arr["arrivals"].tolist() == [0, 12] and (arr["cached_tokens"] == 0).all()
+    assert arr["arrivals"].tolist() == [0, 24] and (arr["cached_tokens"] == 0).all()
     assert 0.0 <= fitted.arrival_overhead_s < 0.05
     df = compare(real, trace, fitted, 1)
     # the engine's own counts, as vLLM's rules give them

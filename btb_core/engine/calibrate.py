@@ -69,11 +69,13 @@ QUICK_COLD_LENGTHS = (256, 1024, 2048, 3072)
 QUICK_CACHED_POINTS = ((1024, 256), (2048, 512), (2048, 32))
 #: The arrival-overhead measurement (see :func:`measure_arrival`): requests arriving during the
 #: step, their prompt length and new tokens (their prefix is cached first: they cannot join the
-#: full step they arrive in), rounds.
-ARRIVAL_REQUESTS = 12
+#: full step they arrive in), rounds. 24 arrivals x 4 rounds (~10 s): on one server the per-round
+#: estimate's standard deviation was 1.1-2.7 ms with 24 arrivals against 3.2-3.4 ms with 12 (four
+#: rounds each, a one-off check), and the mean of 4 rounds is then good to ~1 ms of ~5.
+ARRIVAL_REQUESTS = 24
 ARRIVAL_SIDE_TOKENS = 1056
 ARRIVAL_SIDE_NEW = 32
-ARRIVAL_ROUNDS = 3
+ARRIVAL_ROUNDS = 4
 
 
 def chunk_steps(new_tokens: int, cached_tokens: int, chunk_tokens: int = ENGINE_CHUNK_TOKENS):
