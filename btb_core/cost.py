@@ -128,7 +128,7 @@ class CostModel:
         for every request routed to the replica while it runs (not while it is idle or paused for
         a copy: a lone request's own front-end time is in its TTFT already). 0 on the GPU presets
         (the front end runs on host cores of its own); on the CPU engine, measured by
-        :func:`btb_core.engine.calibrate.measure` (~5 ms per request in
+        :func:`btb_core.engine.calibrate.measure` (4.5-5.4 ms per request in
         ``benchmarks/engine_arrival_cost.py``).
 
     Raises

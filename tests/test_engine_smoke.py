@@ -55,7 +55,7 @@ def test_real_engine_smoke(tmp_path):
     from btb_core.engine.replay import replay
     from btb_core.engine.client import complete_at_once
     from btb_core.engine.server import SERVED_MODEL_NAME, EngineCluster
-    from btb_core.engine.validate import compare, summarise
+    from btb_core.engine.validate import compare, speed_probe, summarise
     from btb_core.routers import make_router
 
     trace = _smoke_trace()
@@ -67,6 +67,7 @@ def test_real_engine_smoke(tmp_path):
         # second of two identical 96-token prompts sent together hits the first's 2 full blocks
         words = " ".join(f"w{100 + i}" for i in range(96))
         both = complete_at_once(cluster.ports[0], SERVED_MODEL_NAME, [words, words, "w7 w8"], 1)
+        probe = speed_probe(cluster.ports, fit_cost(calib), salt=31)
     assert [c.prompt_tokens for c in both] == [96, 96, 2]
     assert sorted(c.cached_tokens for c in both[:2]) == [0, 64]
     fitted = fit_cost(calib)
@@ -74,6 +75,9 @@ def test_real_engine_smoke(tmp_path):
     arr = calib[calib["kind"] == "arrival"]
     assert arr["arrivals"].tolist() == [0, 24] and (arr["cached_tokens"] == 0).all()
     assert 0.0 <= fitted.arrival_overhead_s < 0.05
+    # the speed probe (and the drift check, same helper): measured / fitted TTFT of a cold full
+    # step and 64 new tokens after 2,048 cached, on the server the fit came from
+    assert 0.5 < probe < 2.0
     df = compare(real, trace, fitted, 1)
     # the engine's own counts, as vLLM's rules give them
     assert df["cached_tokens"].tolist() == [0, 1024, 1056, 0, 2048, 0]

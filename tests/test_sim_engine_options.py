@@ -560,3 +560,24 @@ def test_rescore_with_a_speed_factor_on_some_runs_only():
     plain = rescore(res, speed_correction=False).summary
     assert "speed_factor" not in plain
     assert out["unscaled_ttft_mean_rel_error"].to_numpy() == pytest.approx(plain["ttft_mean_rel_error"].to_numpy())
+
+
+def test_arrival_overhead_skips_a_paused_replica_and_moves_a_running_operation():
+    # Simulator._arrival_overhead: a replica paused for a copy computes nothing the front end
+    # could slow; a running operation ends arrival_overhead_s later (a new heap entry, the old
+    # one invalidated by the operation token)
+    from btb_core.engine.validate import FixedAssignment, engine_cluster_config
+    from btb_core.sim.engine import Simulator
+
+    sim = Simulator(trace_of([req(0.0, 1, 0, 100, 2)]), FixedAssignment([0]),
+                    engine_cluster_config(_arrival_cost(0.004), 1))
+    rep = sim.replicas[0]
+    for kind, end in (("pause", 1.0), ("iter", 1.004)):
+        sim.start_op(rep, kind, 1.0, None)
+        token, heap = rep.op_token, len(sim._heap)
+        sim._arrival_overhead(rep)
+        assert rep.op_end_s == pytest.approx(end)
+        moved = kind != "pause"
+        assert (rep.op_token, len(sim._heap)) == ((token + 1, heap + 1) if moved else (token, heap))
+        if moved:
+            assert max(e[0] for e in sim._heap if e[4] == rep.op_token) == pytest.approx(1.004)

@@ -39,6 +39,7 @@ term's rate relative to it; no datasheet peak is involved).
 
 from __future__ import annotations
 
+import numbers
 import threading
 import time
 from dataclasses import dataclass
@@ -69,9 +70,10 @@ QUICK_COLD_LENGTHS = (256, 1024, 2048, 3072)
 QUICK_CACHED_POINTS = ((1024, 256), (2048, 512), (2048, 32))
 #: The arrival-overhead measurement (see :func:`measure_arrival`): requests arriving during the
 #: step, their prompt length and new tokens (their prefix is cached first: they cannot join the
-#: full step they arrive in), rounds. 24 arrivals x 4 rounds (~10 s): on one server the per-round
-#: estimate's standard deviation was 1.1-2.7 ms with 24 arrivals against 3.2-3.4 ms with 12 (four
-#: rounds each, a one-off check), and the mean of 4 rounds is then good to ~1 ms of ~5.
+#: full step they arrive in), rounds. 24 arrivals x 4 rounds (~10 s): one round's estimate
+#: scattered by 1.3 ms (sd) with 24 arrivals against 1.9 ms with 12 on one server
+#: (``benchmarks/engine_arrival_cost.py``; 1.1-2.7 against 3.2-3.4 ms in an earlier check), so
+#: the mean of 4 rounds is good to ~1 ms of ~5.
 ARRIVAL_REQUESTS = 24
 ARRIVAL_SIDE_TOKENS = 1056
 ARRIVAL_SIDE_NEW = 32
@@ -107,7 +109,7 @@ def measure_arrival(port: int, rounds: int = ARRIVAL_ROUNDS, k: int = ARRIVAL_RE
     :data:`ARRIVAL_SIDE_NEW` cached by an unrecorded request first) cannot join the step, which
     fills the budget, so the long prompt's extra TTFT is work done on the server's core while it
     computes: ``CostModel.arrival_overhead_s`` per arrival (``benchmarks/engine_arrival_cost.py``
-    measured ~5.2 ms on this project's test machine). The first arrives at 5% of the same round's
+    measured 4.5-5.4 ms on this project's test machine). The first arrives at 5% of the same round's
     lone TTFT ``T``, the others one every ``0.6 x T / k`` after it. One possible bias, small: with
     arrivals, the long prompt's first token is streamed while the engine already computes the
     arriving requests' step on the same core, alone it is not (a share of a ~1 ms streaming time,
@@ -310,7 +312,7 @@ class FittedEngine:
         """The same fit with every time ``factor`` times longer (all six coefficients,
         ``tpot_s`` and the weights' read time of the decode memory term): the engine measured ``factor`` times slower than at calibration (see
         :func:`btb_core.engine.validate.speed_probe`). Raises ValueError unless ``factor > 0``."""
-        if (not isinstance(factor, (int, float, np.integer, np.floating)) or isinstance(factor, bool)
+        if (not isinstance(factor, numbers.Real) or isinstance(factor, (bool, np.bool_))
                 or not (factor > 0 and np.isfinite(factor))):
             raise ValueError(f"FittedEngine.scaled: factor must be a finite number > 0, got {factor!r}")
         factor = float(factor)

@@ -215,12 +215,20 @@ def speed_probe(ports, fitted: cal.FittedEngine, salt: int) -> float:
     machine's speed at the time of the run, which the simulator cannot know, measured on requests
     that are not the replay's. It cannot follow changes within a replay.
     """
-    rows = cal.measure_concurrent(ports, repeats=1, cold_lengths=PROBE_COLD_LENGTHS,
-                                  cached_points=PROBE_CACHED_POINTS, decode_tokens=2, salt=salt,
-                                  warmup=False, arrival_rounds=0)
+    return float(np.median(_measured_over_fitted(ports, fitted, salt, PROBE_COLD_LENGTHS,
+                                                 PROBE_CACHED_POINTS, decode_tokens=2)))
+
+
+def _measured_over_fitted(ports, fitted: cal.FittedEngine, salt: int, cold_lengths, cached_points,
+                          decode_tokens: int = 32) -> np.ndarray:
+    """Measured / fitted TTFT of a few calibration requests, one of each point per server, every
+    server of ``ports`` at once (no warm-up, no arrival rounds)."""
+    rows = cal.measure_concurrent(ports, repeats=1, cold_lengths=cold_lengths,
+                                  cached_points=cached_points, decode_tokens=decode_tokens,
+                                  salt=salt, warmup=False, arrival_rounds=0)
     rows = rows[rows["kind"].isin(("cold", "cached"))]
     pred = fitted.predict_ttft_s(rows["new_tokens"].to_numpy(), rows["cached_tokens"].to_numpy())
-    return float(np.median(rows["ttft_s"].to_numpy() / pred))
+    return rows["ttft_s"].to_numpy() / pred
 
 
 #: Calibration points re-measured after the replays (:func:`measure_drift`).
@@ -238,13 +246,8 @@ def measure_drift(ports, fitted: cal.FittedEngine, salt: int) -> dict:
     measured / fitted TTFT, minus 1: positive = the engine ran slower at the end than the fit
     says), ``drift_requests`` and ``drift_busy_servers``.
     """
-    rows = cal.measure_concurrent(ports, repeats=1, cold_lengths=DRIFT_COLD_LENGTHS,
-                                  cached_points=DRIFT_CACHED_POINTS, salt=salt, warmup=False,
-                                  arrival_rounds=0)
-    rows = rows[rows["kind"].isin(("cold", "cached"))]
-    pred = fitted.predict_ttft_s(rows["new_tokens"].to_numpy(), rows["cached_tokens"].to_numpy())
-    ratio = rows["ttft_s"].to_numpy() / pred
-    return {"calibration_drift": float(np.median(ratio) - 1.0), "drift_requests": int(len(rows)),
+    ratio = _measured_over_fitted(ports, fitted, salt, DRIFT_COLD_LENGTHS, DRIFT_CACHED_POINTS)
+    return {"calibration_drift": float(np.median(ratio) - 1.0), "drift_requests": int(len(ratio)),
             "drift_busy_servers": len(list(ports))}
 
 

@@ -52,7 +52,6 @@ from itertools import count
 from typing import Sequence
 
 
-
 def _matched(id_at, p: int, cids, lim: int) -> int:
     """How many of a node's ids ``cids`` the request's ids from position ``p`` match, given that
     the first matches and the ``lim``-th does not (``id_at(q)`` = the request's id at ``q``).
@@ -66,6 +65,7 @@ def _matched(id_at, p: int, cids, lim: int) -> int:
         else:
             hi = mid - 1
     return lo
+
 
 class _Node:
     """A run of blocks of the global tree (see the module docstring)."""

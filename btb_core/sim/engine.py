@@ -148,7 +148,7 @@ class Simulator:
         self.progress = progress
         self.scheduler = SCHEDULERS[cluster.scheduler](cluster)
         self.decode = DecodeModel(self.cost)
-        self._arrival_s = float(getattr(self.cost, "arrival_overhead_s", 0.0))
+        self._arrival_s = self.cost.arrival_overhead_s    # 0: the arrival loop adds nothing
         self.kv_bytes_per_token = self.cost.kv_bytes_per_token
         self.capacity_blocks = cluster.hbm_capacity_blocks(self.block_tokens)
         dram_blocks = cluster.tier_capacity_blocks(cluster.dram_capacity_bytes, self.block_tokens)

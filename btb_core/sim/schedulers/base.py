@@ -44,6 +44,8 @@ class Scheduler:
 
     def __init__(self, cluster) -> None:
         self.cluster = cluster
+        # CostModel.context_s_per_token, read once (0 on the GPU presets: no per-chunk term)
+        self._context_s = cluster.cost.context_s_per_token
 
     def plan(self, sim, rep) -> None:  # pragma: no cover - abstract
         """Start ``rep``'s next operation (``sim.start_op`` / ``sim.start_stretch``) or leave it

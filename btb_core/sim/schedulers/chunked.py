@@ -87,7 +87,7 @@ class Chunked(Scheduler):
         compute = cost.compute_s(flops) + d.g * n_dec
         memory = d.a + d.c * rep.ctx_tokens
         duration = (compute if compute > memory else memory) + loads + cost.step_overhead_s
-        e = getattr(cost, "context_s_per_token", 0.0)
+        e = self._context_s
         if e:     # per chunk: its request's tokens already in the KV cache when it starts
             duration += e * sum(job.done_tokens for job, _ in chunks)
         sim.start_op(rep, "iter", duration, chunks)

@@ -65,7 +65,7 @@ class PrefillFirst(Scheduler):
                     sim.complete(rep, job, req.input_length)
                 cost = sim.cost
                 duration = job.load_s + compute + cost.step_overhead_s
-                e = getattr(cost, "context_s_per_token", 0.0)
+                e = self._context_s
                 if e:
                     duration += e * done
                 # (Simulator.start_op, inlined)
