@@ -536,15 +536,17 @@ def test_killing_a_process_pool_sweep_leaves_no_workers(quick, tmp_path):
                      policies={"cache_aware": {}, "least_load": {}, "round_robin": {}, "random": {}},
                      replicas=[2, 3, 4])
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.Popen([*BTB, "sweep", "--grid", str(grid), "--executor", "processes",
-                             "--workers", "2"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=env)
+    err_path = tmp_path / "sweep.stderr"
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen([*BTB, "sweep", "--grid", str(grid), "--executor", "processes",
+                                 "--workers", "2"], stdout=subprocess.DEVNULL, stderr=err, env=env)
     workers: set[int] = set()
     deadline = time.monotonic() + 120
     while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
+        time.sleep(0.05)
         workers = _children(proc.pid)
-    assert len(workers) >= 2, "the pool never started"
+    assert len(workers) >= 2, (f"the pool never started (sweep exit status {proc.poll()}); its "
+                               f"stderr:\n{err_path.read_text(errors='replace')[-3000:]}")
     time.sleep(1.0)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
