@@ -1,10 +1,11 @@
-"""What the engine benchmarks record about the machine they ran on (imported by the scripts in
-this folder, which run with it on ``sys.path``)."""
+"""What the engine benchmarks record about the machine they ran on, and the warm server they
+share (imported by the scripts in this folder, which run with it on ``sys.path``)."""
 
 from __future__ import annotations
 
 import os
 import platform
+from contextlib import contextmanager
 
 
 def load_average() -> list[float]:
@@ -17,3 +18,18 @@ def machine_start() -> dict:
     ``load_average_end`` (:func:`load_average`) when its measurements are done."""
     return {"cpus": os.cpu_count(), "python": platform.python_version(),
             "platform": platform.platform(), "load_average_start": load_average()}
+
+
+@contextmanager
+def warm_engine():
+    """One real vLLM CPU server (``btb_core.engine.server.EngineCluster(1)``), warmed by one
+    unrecorded pass of the calibration plan without its arrival rounds; yields its port.
+
+    Raises ``EngineNotInstalled`` without the engine (``make engine``)."""
+    from btb_core.engine.calibrate import measure
+    from btb_core.engine.server import EngineCluster
+
+    with EngineCluster(1) as cluster:
+        port = cluster.ports[0]
+        measure(port, repeats=1, arrival_rounds=0)
+        yield port

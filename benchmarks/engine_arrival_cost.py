@@ -28,11 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-from btb_core.engine.calibrate import measure, measure_arrival
-from btb_core.engine.server import EngineCluster
+from btb_core.engine.calibrate import measure_arrival
 from btb_core.fileio import atomic_write_bytes
 
-from _machine import load_average, machine_start
+from _machine import load_average, machine_start, warm_engine
 
 HERE = Path(__file__).resolve().parent
 
@@ -48,9 +47,7 @@ def main() -> int:
         ap.error("--k values and --rounds must be >= 1")
     machine = machine_start()
     rows = []
-    with EngineCluster(1) as cluster:
-        port = cluster.ports[0]
-        measure(port, repeats=1, arrival_rounds=0)      # warms the server
+    with warm_engine() as port:
         for rnd in range(args.rounds):
             for k in args.k:
                 alone, busy = measure_arrival(port, rounds=1, k=k,

@@ -38,13 +38,12 @@ from pathlib import Path
 
 import numpy as np
 
-from btb_core.engine.calibrate import measure
 from btb_core.engine.client import complete
-from btb_core.engine.server import ENGINE_BLOCK_TOKENS as BT, SERVED_MODEL_NAME, EngineCluster
+from btb_core.engine.server import ENGINE_BLOCK_TOKENS as BT, SERVED_MODEL_NAME
 from btb_core.engine.text import PromptBuilder
 from btb_core.fileio import atomic_write_bytes
 
-from _machine import load_average, machine_start
+from _machine import load_average, machine_start, warm_engine
 
 HERE = Path(__file__).resolve().parent
 
@@ -138,9 +137,7 @@ def main() -> int:
         ap.error("--k must be >= 2, --rounds and --after >= 1")
     machine = machine_start()
     rows = []
-    with EngineCluster(1) as cluster:
-        port = cluster.ports[0]
-        measure(port, repeats=1, arrival_rounds=0)          # warms the server
+    with warm_engine() as port:
         for rnd in range(args.rounds):
             for k in (0, args.k):
                 row = {"round": rnd, **one_round(port, k, 700_000 + 1_000 * rnd + k, args.after)}
