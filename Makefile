@@ -11,17 +11,64 @@ ENGINE_STAMP := $(ENGINE_VENV)/.installed
 
 .PHONY: install reproduce test test-py test-notebooks test-browser lab bench bench-fleet clean engine test-engine
 
-## Installs into .venv go through uv (from PyPI; the project's environment installs in ~9 s
-## against ~33 s with pip on the 2-core test machine, wheels cached). When uv cannot be installed or
-## its install fails (a pip-only index configuration, say), pip does the same install. uv does not
-## read pip's configuration, so the engine venv (whose CPU torch may come from pip's find-links)
-## stays on pip.
+## Installs into .venv go through uv (from PyPI; the project's environment installs in 16-26 s
+## against 33-58 s with pip on the 2-core test machine, bytecode compiled as pip does). uv does not
+## read pip's configuration, so pip's own settings that decide what gets installed (index-url,
+## extra-index-url, find-links, constraint, no-index, trusted-host, from `pip config list`, which
+## includes PIP_* variables) are handed to uv with pip's rule of the best version over every
+## source; a setting uv cannot take sends the install to pip. When uv cannot be installed or its
+## install fails, pip does the same install (uv's network timeout is 15 s unless UV_HTTP_TIMEOUT
+## says otherwise, so a silent index fails over in about a minute). The engine venv (whose CPU
+## torch may come from pip's find-links) stays on pip.
 SPEC := -e '.[dev,gateway]'
 LAB_SPEC := -e '.[dev,gateway,lab]'
 BROWSER_SPEC := -e '.[dev,gateway,lab,browser]'
+define UV_ARGS_PY
+import os, shlex, subprocess, sys
+out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
+                     text=True, check=True).stdout
+conf, rank = {}, {}
+for line in out.splitlines():   # "section.key='value'": PIP_* (:env:) over [install] over [global]
+    name, _, value = line.partition("=")
+    section, _, key = name.rpartition(".")
+    r = {":env:": 2, "install": 1}.get(section, 0)
+    if r >= rank.get(key, -1):
+        conf[key], rank[key] = value.strip().strip("'\""), r
+ignored = {"cert", "client-cert", "default-timeout", "timeout", "retries", "disable-pip-version-check",
+           "quiet", "verbose", "progress-bar", "no-cache-dir", "cache-dir", "root-user-action",
+           "no-warn-script-location", "no-input", "no-color", "log"}
+args = []
+for key, value in conf.items():
+    items = value.split()
+    if key == "index-url":
+        args += ["--index-url", value]
+    elif key == "extra-index-url":
+        for u in items:   # pip skips a file:// index that is not there; so does this
+            if not u.startswith("file://") or os.path.isdir(u[7:]):
+                args += ["--extra-index-url", u]
+    elif key == "find-links":
+        for u in items:
+            if "://" in u or os.path.exists(u):
+                args += ["--find-links", u]
+    elif key == "constraint":
+        for c in items:
+            args += ["--constraint", c]
+    elif key == "trusted-host":
+        for h in items:
+            args += ["--allow-insecure-host", h]
+    elif key == "no-index":
+        if value.lower() in ("1", "true", "yes", "on"):
+            args.append("--no-index")
+    elif key not in ignored:
+        sys.exit(f"[btb] pip setting {key!r} has no uv equivalent here")
+print(" ".join(shlex.quote(a) for a in ["--index-strategy", "unsafe-best-match", *args]))
+endef
+export UV_ARGS_PY
 define venv_install
-$(BIN)/python -m pip install -q uv && $(BIN)/python -m uv pip install -q --compile-bytecode --python $(BIN)/python $(1) || \
-	  { echo "[btb] uv unavailable: installing with pip"; \
+uvargs=$$($(BIN)/python -c "$$UV_ARGS_PY") && $(BIN)/python -m pip install -q uv && \
+	  eval UV_HTTP_TIMEOUT=$${UV_HTTP_TIMEOUT:-15} $(BIN)/python -m uv pip install -q --compile-bytecode \
+	    --python $(BIN)/python $$uvargs "$(1)" || \
+	  { echo "[btb] installing with pip instead of uv (see the message above)"; \
 	    $(BIN)/python -m pip install -q --upgrade pip && $(BIN)/python -m pip install -q $(1); }
 endef
 
