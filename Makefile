@@ -34,7 +34,7 @@ for line in out.splitlines():   # "section.key='value'": PIP_* (:env:) over [ins
     r = {":env:": 2, "install": 1}.get(section, 0)
     if r >= rank.get(key, -1):
         conf[key], rank[key] = value.strip().strip("'\""), r
-ignored = {"cert", "client-cert", "default-timeout", "timeout", "retries", "disable-pip-version-check",
+ignored = {"config-file", "cert", "client-cert", "default-timeout", "timeout", "retries", "disable-pip-version-check",
            "quiet", "verbose", "progress-bar", "no-cache-dir", "cache-dir", "root-user-action",
            "no-warn-script-location", "no-input", "no-color", "log"}
 args = []

@@ -30,7 +30,6 @@ Run: ``.venv/bin/python benchmarks/engine_departure_cost.py [--k 16] [--rounds 5
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import threading
 import time
@@ -49,30 +48,15 @@ HERE = Path(__file__).resolve().parent
 
 
 def token_times(port: int, prompt: str, max_tokens: int, on_token) -> np.ndarray:
-    """``time.perf_counter()`` at every streamed chunk of one request (``on_token(n)`` after the
+    """``time.perf_counter()`` at every streamed token of one request (``on_token(n)`` after the
     n-th)."""
-    body = json.dumps({"model": SERVED_MODEL_NAME, "prompt": prompt, "max_tokens": max_tokens,
-                       "min_tokens": max_tokens, "ignore_eos": True, "temperature": 0.0,
-                       "stream": True}).encode()
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-    try:
-        conn.request("POST", "/v1/completions", body=body,
-                     headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        if resp.status != 200:
-            raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:200]!r}")
-        times = []
-        while True:
-            line = resp.readline()
-            if not line:
-                break
-            line = line.strip()
-            if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
-                continue
-            times.append(time.perf_counter())
-            on_token(len(times))
-    finally:
-        conn.close()
+    times: list[float] = []
+
+    def chunk(n):
+        times.append(time.perf_counter())
+        on_token(n)
+
+    complete(port, SERVED_MODEL_NAME, prompt, max_tokens, on_chunk=chunk)
     return np.array(times)
 
 
@@ -93,15 +77,21 @@ def one_round(port: int, k: int, salt: int, after: int) -> dict:
         except BaseException as exc:      # re-raised below
             errors.append(exc)
 
-    def on_token(n):
+    def launch():
+        senders = [threading.Thread(target=send, args=("B", b_text), daemon=True)]
+        senders[0].start()
+        time.sleep(0.15)
+        for i, text in enumerate(shorts):
+            senders.append(threading.Thread(target=send, args=(i, text), daemon=True))
+            senders[-1].start()
+            time.sleep(0.01)
+        for t in senders:
+            t.join()
+
+    def on_token(n):      # off L's reading thread, so its token times stay the engine's
         if n == 60:
-            threads.append(threading.Thread(target=send, args=("B", b_text), daemon=True))
+            threads.append(threading.Thread(target=launch, daemon=True))
             threads[-1].start()
-            time.sleep(0.15)
-            for i, text in enumerate(shorts):
-                threads.append(threading.Thread(target=send, args=(i, text), daemon=True))
-                threads[-1].start()
-                time.sleep(0.01)
 
     lt = token_times(port, l_text, 260, on_token)
     for t in threads:

@@ -53,7 +53,7 @@ def _smoke_trace():
 def test_real_engine_smoke(tmp_path):
     from btb_core.engine.calibrate import QUICK_CACHED_POINTS, QUICK_COLD_LENGTHS, fit_cost, measure
     from btb_core.engine.replay import replay
-    from btb_core.engine.client import complete_at_once
+    from btb_core.engine.client import complete, complete_at_once
     from btb_core.engine.server import SERVED_MODEL_NAME, EngineCluster
     from btb_core.engine.validate import compare, speed_probe, summarise
     from btb_core.routers import make_router
@@ -68,6 +68,9 @@ def test_real_engine_smoke(tmp_path):
         words = " ".join(f"w{100 + i}" for i in range(96))
         both = complete_at_once(cluster.ports[0], SERVED_MODEL_NAME, [words, words, "w7 w8"], 1)
         probe = speed_probe(cluster.ports, fit_cost(calib), salt=31)
+        ticks: list[int] = []     # on_chunk: once per generated token, numbered
+        four = complete(cluster.ports[0], SERVED_MODEL_NAME, "w1 w2 w3", 4, on_chunk=ticks.append)
+    assert ticks == [1, 2, 3, 4] and four.completion_tokens == 4
     assert [c.prompt_tokens for c in both] == [96, 96, 2]
     assert sorted(c.cached_tokens for c in both[:2]) == [0, 64]
     fitted = fit_cost(calib)

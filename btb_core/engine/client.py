@@ -44,11 +44,12 @@ class Completion:
 
 
 def complete(port: int, model: str, prompt: str, max_tokens: int, *, host: str = "127.0.0.1",
-             timeout_s: float = 300.0, on_first_token=None) -> Completion:
+             timeout_s: float = 300.0, on_first_token=None, on_chunk=None) -> Completion:
     """Send one streaming ``/v1/completions`` request and wait for its end.
 
     ``max_tokens`` tokens are generated exactly (``min_tokens`` = ``max_tokens``, ``ignore_eos``),
-    greedy. ``on_first_token()`` is called when the first chunk arrives.
+    greedy. ``on_first_token()`` is called when the first chunk arrives, ``on_chunk(n)`` after
+    the ``n``-th chunk that carries generated text (one per engine step: a decode's step clock).
 
     Raises
     ------
@@ -71,6 +72,7 @@ def complete(port: int, model: str, prompt: str, max_tokens: int, *, host: str =
                                      f"{resp.read()[:300]!r}")
         first = None
         usage = None
+        chunks = 0
         while True:
             line = resp.readline()
             if not line:
@@ -82,10 +84,14 @@ def complete(port: int, model: str, prompt: str, max_tokens: int, *, host: str =
             if data == b"[DONE]":
                 break
             chunk = json.loads(data)
-            if first is None and chunk.get("choices"):
-                first = time.perf_counter()
-                if on_first_token is not None:
-                    on_first_token()
+            if chunk.get("choices"):
+                if first is None:
+                    first = time.perf_counter()
+                    if on_first_token is not None:
+                        on_first_token()
+                if on_chunk is not None:
+                    chunks += 1
+                    on_chunk(chunks)
             if chunk.get("usage"):
                 usage = chunk["usage"]
         end = time.perf_counter()
