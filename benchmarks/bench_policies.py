@@ -7,21 +7,29 @@ on two traces -- the Bursted-shaped trace of ``btb_core.bursted_shaped`` (``--wi
 ``--mooncake-rows`` rows of the shipped Mooncake conversation trace (default 5,000 of 12,031) -- at 4, 16 and 64 replicas of Llama-3.3-70B on 4x H100 (``--scheduler``, default
 ``prefill_first``, the setup issue 14 measured).
 
-Each (trace, replicas, policy) case runs in its own fresh process (one core), so peak RSS is per
-case. Inside it the trace is built once and the replay is repeated ``--repeats`` times; the figure
-reported is the **minimum** over the repeats of the replay's **CPU time** (``time.process_time``:
-the 2 cores of the machine are shared, so wall time mostly measures the neighbours; the minimum
-because the slower repeats are the ones a neighbour or the VM's host disturbed, as the Python
-``timeit`` documentation advises), with the median and every repeat's CPU and wall time in the
-JSON. Trace building is not counted (it is the same for every policy).
+Each (trace, replicas, policy) case runs in its own process (one core at a time), so peak RSS
+is per case. Every case's process builds its trace once and replays it once unrecorded (a fresh
+process's first replay pays one-time costs); then the cases take turns: in each of ``--repeats``
+rounds every case of the trace replays once, in an order rotated by one case per round, so that
+the replays a ratio compares ran seconds apart. This VM's speed moves by 10-30% within minutes,
+and with one process per case run back to back (the first version of this script) a ratio
+compared replays minutes apart and moved by about +-0.2 between runs. The time of one replay is
+its **CPU time** (``time.process_time``: the 2 cores of the machine are shared, so wall time
+mostly measures the neighbours), after a ``gc.collect()`` outside the timing (the previous
+replay's garbage is not this one's cost; ``timeit`` goes further and disables the collector); ``req/s`` uses the **minimum** over the rounds (the least
+disturbed replay, as the Python ``timeit`` documentation advises), and each ratio is the
+**median over the rounds** of that round's ratio, with the least and largest round's in the JSON
+(``*_range``). Every replay's CPU and wall time is in the JSON. Trace building is not counted (it
+is the same for every policy).
 
 Columns printed:
 
 - ``req/s``: requests / minimum CPU seconds of one replay;
-- ``x rr``: that rate / ``round_robin``'s rate on the same trace and replica count in this run
-  (the issue's goal: >= 0.8);
-- ``64/4``: CPU seconds per request at 64 replicas / at 4 (the goal: <= 1.2), on the row of
-  64 replicas;
+- ``x rr``: ``round_robin``'s CPU time / this case's, on the same trace and replica count in the
+  same round (= the ratio of their requests/s), median over the rounds (the issue's goal: >= 0.8);
+- ``64/4``: CPU seconds per request at 64 replicas / at 4 in the same round, median over the
+  rounds (the goal: <= 1.2), on the row of 64 replicas;
+- ``range``: the least and largest round's value of the ratio beside it;
 - ``peak RSS``: the case process's maximum resident set (MB), trace included.
 
 After the table, the fleet-scale case: a ``--fleet-rows`` (default 1,000,000, the issue's size)
@@ -30,7 +38,7 @@ RSS), one repeat, in its own process; reported: the replay's CPU and wall second
 build's, and the process's peak RSS (trace included). ``--fleet-rows 0`` skips it; ``--fleet`` runs
 only it.
 
-Run: ``.venv/bin/python benchmarks/bench_policies.py [--windows 2] [--mooncake-rows 5000] [--repeats 3] [--replicas 4 16 64]
+Run: ``.venv/bin/python benchmarks/bench_policies.py [--windows 2] [--mooncake-rows 5000] [--repeats 5] [--replicas 4 16 64]
 [--policies ...] [--fleet-rows N]`` (``make bench``) or ``... --fleet`` (``make bench-fleet``).
 Writes ``benchmarks/results_policies.json`` (every case, and the fleet case under ``"fleet"``) and
 ``results_fleet.json`` (temp file + rename).
@@ -39,6 +47,7 @@ Writes ``benchmarks/results_policies.json`` (every case, and the fleet case unde
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -113,6 +122,114 @@ def _case(args: dict, queue) -> None:
         raise
 
 
+def _serve(args: dict, conn) -> None:
+    """A case's process: build the trace, replay once unrecorded, then replay once per ``"run"``
+    received on ``conn`` (answering ``(cpu_s, wall_s, events, ttft_mean_s)``) until ``"stop"``
+    (answering the peak RSS, MB)."""
+    try:
+        from btb_core.routers import make_router
+        from btb_core.sim import ClusterConfig, simulate
+
+        b0, bw0 = time.process_time(), time.perf_counter()
+        trace = _trace(args["trace"], args["windows"], args.get("rows"), args.get("mooncake_rows"))
+        build = (time.process_time() - b0, time.perf_counter() - bw0)
+        cluster = ClusterConfig.from_setup("70b_h100x4", num_replicas=args["replicas"],
+                                           scheduler=args["scheduler"])
+        simulate(trace, make_router(args["policy"]), cluster, seed=0, progress=False)  # warm-up
+        conn.send({"rows": len(trace), "trace_build": build})
+        while True:
+            cmd = conn.recv()
+            if cmd == "stop":
+                conn.send(round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
+                return
+            router = make_router(args["policy"])
+            gc.collect()       # the previous replay's garbage is not this one's time (as timeit)
+            c0, t0 = time.process_time(), time.perf_counter()
+            res = simulate(trace, router, cluster, seed=0, progress=False)
+            conn.send((time.process_time() - c0, time.perf_counter() - t0, res.metrics["events"],
+                       res.metrics["ttft_mean_s"]))
+            del router, res
+    except BaseException as exc:  # report, do not hang the parent on recv()
+        conn.send({"error": f"{type(exc).__name__}: {exc}"})
+        raise
+
+
+class _Case:
+    """A case's process (:func:`_serve`), driven from the parent."""
+
+    def __init__(self, ctx, args: dict) -> None:
+        self.args = args
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(args, child), daemon=True)
+        self.proc.start()
+        child.close()
+        self.runs: list[tuple] = []
+        self.info = None
+
+    def _recv(self):
+        got = self.conn.recv()
+        if isinstance(got, dict) and "error" in got:
+            raise RuntimeError(f"case {self.args} failed: {got['error']}")
+        return got
+
+    def ready(self) -> None:
+        self.info = self._recv()
+
+    def replay(self) -> tuple:
+        self.conn.send("run")
+        self.runs.append(self._recv())
+        return self.runs[-1]
+
+    def finish(self) -> dict:
+        """Stop the process; the case's row (the JSON's fields)."""
+        self.conn.send("stop")
+        rss = self._recv()
+        self.proc.join()
+        a, runs, n = self.args, self.runs, self.info["rows"]
+        cpu = min(r[0] for r in runs)      # the least disturbed replay (see the module docstring)
+        if len({(r[2], r[3]) for r in runs}) != 1:
+            raise RuntimeError(f"case {a}: replays of the same inputs differ: {runs}")
+        build = self.info["trace_build"]
+        return {
+            "trace": a["trace"], "rows": n, "replicas": a["replicas"], "policy": a["policy"],
+            "scheduler": a["scheduler"], "repeats": len(runs),
+            "cpu_s_min": round(cpu, 4),
+            "cpu_s_median": round(statistics.median(r[0] for r in runs), 4),
+            "cpu_s_all": [round(r[0], 4) for r in runs],
+            "wall_s_all": [round(r[1], 4) for r in runs],
+            "trace_build_cpu_s": round(build[0], 3), "trace_build_wall_s": round(build[1], 3),
+            "requests_per_s_cpu": round(n / cpu), "cpu_us_per_request": round(1e6 * cpu / n, 2),
+            "peak_rss_mb": rss, "events": runs[0][2], "ttft_mean_s": round(runs[0][3], 6),
+        }
+
+
+def _interleaved(trace: str, a, on_replay=None) -> list[dict]:
+    """Every (replicas, policy) case of ``trace``, each in its own process, replayed in
+    ``a.repeats`` rounds (order rotated by one case per round; the module docstring); rows in
+    (replicas, policy) order, with ``cpu_s_all`` in round order."""
+    ctx = mp.get_context("spawn")
+    cases = [_Case(ctx, {"trace": trace, "windows": a.windows, "replicas": n,
+                         "mooncake_rows": a.mooncake_rows or None, "policy": policy,
+                         "scheduler": a.scheduler})
+             for n in a.replicas for policy in a.policies]
+    try:
+        for c in cases:
+            c.ready()
+        k = len(cases)
+        for rnd in range(a.repeats):
+            for i in range(k):
+                c = cases[(i + rnd) % k]
+                c.replay()
+                if on_replay is not None:
+                    on_replay(rnd, c)
+        return [c.finish() for c in cases]
+    finally:
+        for c in cases:
+            if c.proc.is_alive():
+                c.proc.kill()
+                c.proc.join()
+
+
 def _run(args: dict) -> dict:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -167,16 +284,25 @@ def _verdict(row: dict) -> str:
     return {True: "met", False: "NOT met", None: "not judged (smaller cut)"}[row["goal_met"]]
 
 
+def _paired(num: dict | None, den: dict | None) -> tuple:
+    """``(median, [least, largest])`` over the rounds of ``num``'s CPU time / ``den``'s in the
+    same round (``(None, None)`` when either is missing)."""
+    if num is None or den is None:
+        return None, None
+    ratios = [x / y for x, y in zip(num["cpu_s_all"], den["cpu_s_all"])]
+    return round(statistics.median(ratios), 3), [round(min(ratios), 3), round(max(ratios), 3)]
+
+
 def _summarise(rows: list[dict], a, machine: dict, final: bool, fleet: dict | None = None) -> None:
     """Fill the ratio columns, write the JSON; when ``final``, also print the table."""
     by = {(r["trace"], r["replicas"], r["policy"]): r for r in rows}
     lo, hi = min(a.replicas), max(a.replicas)
     for r in rows:
         rr = by.get((r["trace"], r["replicas"], "round_robin"))
-        r["ratio_to_round_robin"] = round(r["requests_per_s_cpu"] / rr["requests_per_s_cpu"], 3) if rr else None
+        r["ratio_to_round_robin"], r["ratio_to_round_robin_range"] = _paired(rr, r)
         small = by.get((r["trace"], lo, r["policy"]))
-        r[f"cost_ratio_vs_{lo}_replicas"] = (round(r["cpu_us_per_request"] / small["cpu_us_per_request"], 3)
-                                             if small else None)
+        key = f"cost_ratio_vs_{lo}_replicas"
+        r[key], r[key + "_range"] = _paired(r, small)
     machine["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     payload = {"machine": machine, "complete": final,
                "args": {k: (_shown(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
@@ -188,13 +314,18 @@ def _summarise(rows: list[dict], a, machine: dict, final: bool, fleet: dict | No
         os.replace(tmp, out)
         return
     print()
-    print(f"{'trace':<22} {'repl':>4} {'policy':<13} {'req/s (CPU)':>11} {'x rr':>6} "
-          f"{f'{hi}/{lo}':>6} {'peak RSS MB':>11}")
+    print(f"{'trace':<22} {'repl':>4} {'policy':<13} {'req/s (CPU)':>11} {'x rr':>6} {'range':>11} "
+          f"{f'{hi}/{lo}':>6} {'range':>11} {'peak RSS MB':>11}")
+
+    def rng(v):
+        return "" if v is None else f"{v[0]:.2f}-{v[1]:.2f}"
+
     for r in rows:
-        ratio = r[f"cost_ratio_vs_{lo}_replicas"] if r["replicas"] == hi else None
+        key = f"cost_ratio_vs_{lo}_replicas"
+        ratio, spread = (r[key], r[key + "_range"]) if r["replicas"] == hi else (None, None)
         print(f"{r['trace']:<22} {r['replicas']:>4} {r['policy']:<13} {r['requests_per_s_cpu']:>11,} "
-              f"{r['ratio_to_round_robin'] or float('nan'):>6.2f} "
-              f"{'' if ratio is None else f'{ratio:.2f}':>6} {r['peak_rss_mb']:>11,.0f}")
+              f"{r['ratio_to_round_robin'] or float('nan'):>6.2f} {rng(r['ratio_to_round_robin_range']):>11} "
+              f"{'' if ratio is None else f'{ratio:.2f}':>6} {rng(spread):>11} {r['peak_rss_mb']:>11,.0f}")
     slow = [f"{r['trace']}/{r['replicas']}/{r['policy']}" for r in rows
             if r["ratio_to_round_robin"] is not None and r["ratio_to_round_robin"] < 0.8]
     steep = [f"{r['trace']}/{r['policy']}" for r in rows
@@ -215,7 +346,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="windows of the Bursted-shaped trace (30 = 76,800 rows; default 2 = 5,120)")
     ap.add_argument("--mooncake-rows", type=int, default=5000,
                     help="first rows of the Mooncake conversation trace (0 = all 12,031; default 5,000)")
-    ap.add_argument("--repeats", type=int, default=3, help="replays per case; the minimum CPU time is reported")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="rounds: replays per case (default 5); req/s from the least CPU time, ratios "
+                         "the median over the rounds")
     ap.add_argument("--replicas", type=int, nargs="+", default=[4, 16, 64])
     ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
     ap.add_argument("--traces", nargs="+", default=["bursted_shaped", "mooncake_conversation"],
@@ -235,15 +368,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows = []
     for trace in a.traces:
-        for replicas in a.replicas:
-            for policy in a.policies:
-                rows.append(_run({"trace": trace, "windows": a.windows, "replicas": replicas,
-                                  "mooncake_rows": a.mooncake_rows or None,
-                                  "policy": policy, "scheduler": a.scheduler, "repeats": a.repeats}))
-                r = rows[-1]
-                _summarise(rows, a, machine, final=False)  # partial results survive an interrupted run
-                print(f"  {trace:<22} {replicas:>3} replicas {policy:<13} {r['requests_per_s_cpu']:>8,} req/s "
-                      f"(CPU s {r['cpu_s_all']}, wall s {r['wall_s_all']})", flush=True)
+        n_cases = len(a.replicas) * len(a.policies)
+        print(f"{trace}: {n_cases} cases, each in its own process; {a.repeats} rounds", flush=True)
+
+        def show(rnd, c, n_cases=n_cases):
+            cpu, wall = c.runs[-1][:2]
+            print(f"  round {rnd + 1}/{a.repeats} {c.args['trace']:<22} {c.args['replicas']:>3} replicas "
+                  f"{c.args['policy']:<13} {c.info['rows'] / cpu:>8,.0f} req/s (CPU {cpu:.3f} s, "
+                  f"wall {wall:.3f} s)", flush=True)
+
+        rows.extend(_interleaved(trace, a, show))
+        _summarise(rows, a, machine, final=False)  # partial results survive an interrupted run
     fleet = None
     if a.fleet_rows > 0:
         fleet = _fleet(a)

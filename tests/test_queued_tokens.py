@@ -1,5 +1,6 @@
-"""``Replica.queued_tokens`` (kept with the waiting queue) against the plain sum over the queue,
-checked at every routing decision and every finish: both schedulers, reserve and paged admission
+"""``Replica.queued_tokens`` and ``Simulator.queue_lengths`` (kept with the waiting queues) against
+the plain sum over the queue and its length, and the view's per-replica lists against the
+per-replica calls, checked at every routing decision and every finish: both schedulers, reserve and paged admission
 (with preemptions), and cluster events (a failure clears a queue, retries re-queue)."""
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ class Checked(PowerOfTwo):
         v = self.view
         for r, rep in enumerate(v._replicas):
             assert v.queued_prompt_tokens(r) == sum(job.req.input_length for job in rep.waiting)
+        n = v.num_replicas
+        assert v.queue_length_all() == [len(rep.waiting) for rep in v._replicas]
+        assert v.queue_length_all() == [v.queue_length(r) for r in range(n)]
+        assert v.kv_usage_all() == [v.kv_usage(r) for r in range(n)]
+        assert v.kv_usage_max() == max(v.kv_usage(r) for r in range(n))
         Checked.checks += 1
 
     def route(self, request):
@@ -33,7 +39,7 @@ class Checked(PowerOfTwo):
 
 @pytest.mark.parametrize("scheduler", ["chunked", "prefill_first"])
 @pytest.mark.parametrize("case", ["reserve", "paged", "events"])
-def test_queued_tokens_equals_plain_sum(scheduler, case):
+def test_kept_queue_figures_equal_plain_ones(scheduler, case):
     tr = load_trace(shipped_traces()["mooncake_conversation"]).rows(0, 400)
     kw = dict(num_replicas=3, scheduler=scheduler)
     events = None
@@ -50,3 +56,21 @@ def test_queued_tokens_equals_plain_sum(scheduler, case):
         assert res.metrics["preemptions"] > 0
     res2 = simulate(tr, PowerOfTwo(), cluster, events=events)   # the check changes nothing
     assert res.requests.equals(res2.requests)
+
+
+def test_queue_length_all_is_a_copy():
+    """A router may change the list it is given; the simulator's own lengths stay as they are."""
+    tr = load_trace(shipped_traces()["mooncake_conversation"]).rows(0, 50)
+    seen = []
+
+    class Scribbler(PowerOfTwo):
+        def route(self, request):
+            q = self.view.queue_length_all()
+            seen.append(list(q))
+            q[:] = [99] * len(q)
+            return super().route(request)
+
+    cluster = ClusterConfig.from_setup("70b_h100x4", num_replicas=3)
+    res = simulate(tr, Scribbler(), cluster)
+    assert all(max(q) < 99 for q in seen)
+    assert res.requests.equals(simulate(tr, PowerOfTwo(), cluster).requests)

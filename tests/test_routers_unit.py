@@ -518,6 +518,24 @@ def test_llm_d_kv_events_mode():
     assert router.route(req(0, [1, 2, 3, 4])) == 1
 
 
+def test_llm_d_prefix_column_with_many_matching_replicas():
+    """Above ``_FEW_MATCHES`` matching replicas the prefix column is filled as a list: the same
+    values as one replica at a time (matched / prefix blocks, 0 where nothing matches)."""
+    from btb_core.routers.llm_d import _FEW_MATCHES
+    n = _FEW_MATCHES + 8
+    router = LlmDRouter(prefix_mode="kv_events")
+    view = setup(router, n=n)
+    for r in range(n - 3):                # every replica but the last three holds 1-4 blocks
+        view.cache[r]["hbm"].update([1, 2, 3, 4][: 1 + r % 4])
+    s = router.scores(req(0, [1, 2, 3, 4]))[:, 0].tolist()
+    assert s == [(1 + r % 4) / 4 for r in range(n - 3)] + [0.0] * 3
+    few = LlmDRouter(prefix_mode="kv_events")
+    v2 = setup(few, n=4)
+    for r in range(4):
+        v2.cache[r]["hbm"].update([1, 2, 3, 4][: 1 + r % 4])
+    assert few.scores(req(0, [1, 2, 3, 4]))[:, 0].tolist() == s[:4]
+
+
 # -- btb -------------------------------------------------------------------------------------------
 def btb(n=6, **kw):
     kw.setdefault("y_tokens", 4 * BT)

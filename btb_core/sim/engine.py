@@ -163,6 +163,9 @@ class Simulator:
         #: Cache operations in call order, kept for routers that see KV events late (sim/lag.py).
         self.kv_log: list | None = [] if self.kv_event_lag_s > 0 else None
         self.replicas = []
+        #: ``len(replicas[r].waiting)`` per replica, kept with the queues (one list for the view's
+        #: ``queue_length_all``, instead of a pass over the replicas per routing decision)
+        self.queue_lengths = [0] * self.num_replicas
         #: Block run -> replicas holding it (HBM, DRAM), fed by the caches (sim/holders.py)
         self.holder_index = HolderIndex()
         #: True when some replica has a disk tier (the holder index does not cover disk)
@@ -373,6 +376,7 @@ class Simulator:
         inf = float("inf")
         held = self._held_jobs
         q_time, q_replica, q_len = self.queue_samples
+        queue_lengths = self.queue_lengths
         heappop = heapq.heappop
         arrival_s = self._arrival_s
         while True:
@@ -430,6 +434,7 @@ class Simulator:
             job.replica = r
             rep.waiting.append(job)
             rep.queued_tokens += req.input_length
+            queue_lengths[r] += 1
             q_time.append(next_arrival)
             q_replica.append(r)
             q_len.append(len(rep.waiting))
@@ -568,6 +573,7 @@ class Simulator:
         job.replica = r
         rep.waiting.append(job)
         rep.queued_tokens += req.input_length
+        self.queue_lengths[r] += 1
         self.sample_queue(rep)
         if not rep.busy:
             if not rep.kick_pending:
@@ -622,6 +628,7 @@ class Simulator:
             lost.append(rep.op_data)
         rep.waiting.clear()
         rep.queued_tokens = 0
+        self.queue_lengths[r] = 0
         rep.prefilling = []
         rep.decode_heap = []
         rep.n_decode = rep.ctx_tokens = rep.in_op = 0
@@ -799,6 +806,7 @@ class Simulator:
         self.preempted_tokens += kv_tokens
         rep.waiting.appendleft(job)
         rep.queued_tokens += job.req.input_length
+        self.queue_lengths[rep.idx] += 1
         self.sample_queue(rep)
         self._no_admit = rep
 

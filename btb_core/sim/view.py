@@ -79,8 +79,8 @@ class ClusterView:
     """
 
     __slots__ = ("_sim", "num_replicas", "block_tokens", "chunk_tokens", "rng", "cost", "scheduler",
-                 "_replicas", "_caches", "_capacity_blocks", "_last_ids", "_last_pieces",
-                 "_pieces_cache")
+                 "_replicas", "_caches", "_cache_list", "_queue_lengths", "_capacity_blocks",
+                 "_last_ids", "_last_pieces", "_pieces_cache")
 
     def __init__(self, sim) -> None:
         self._sim = sim
@@ -92,6 +92,8 @@ class ClusterView:
         self.scheduler = sim.cluster.scheduler
         self._replicas = sim.replicas
         self._caches = _Caches(sim.replicas)
+        self._cache_list = [rep.cache for rep in sim.replicas]   # every replica exists from the start
+        self._queue_lengths = sim.queue_lengths                  # kept by the simulator
         self._capacity_blocks = sim.capacity_blocks
         self._last_ids = None         # identity fast path: the last sequence looked up ...
         self._last_pieces = None      # ... and its pieces
@@ -116,8 +118,9 @@ class ClusterView:
         return len(self._replicas[replica].waiting)
 
     def queue_length_all(self) -> list[int]:
-        """:meth:`queue_length` of every replica, a list indexed by replica (one call)."""
-        return [len(rep.waiting) for rep in self._replicas]
+        """:meth:`queue_length` of every replica, a new list indexed by replica (one call; a copy
+        of the lengths the simulator keeps with the queues)."""
+        return self._queue_lengths[:]
 
     def queued_prompt_tokens(self, replica: int) -> int:
         """Prompt tokens (sum of ``input_length``) of the requests waiting on ``replica``, >= 0
@@ -133,12 +136,12 @@ class ClusterView:
         """:meth:`kv_usage` of every replica, a list indexed by replica (one call, not one per
         replica)."""
         cap = self._capacity_blocks
-        return [rep.cache.used_slots / cap for rep in self._replicas]
+        return [c.used_slots / cap for c in self._cache_list]
 
     def kv_usage_max(self) -> float:
         """``max(kv_usage_all())`` without building the list of fractions (the largest count of
         blocks in use over the budget: the same float, division being monotone)."""
-        return max([rep.cache.used_slots for rep in self._replicas]) / self._capacity_blocks
+        return max([c.used_slots for c in self._cache_list]) / self._capacity_blocks
 
     def active_blocks(self, replica: int) -> int:
         """KV blocks (of ``block_tokens`` tokens) held in HBM by requests running on ``replica``;

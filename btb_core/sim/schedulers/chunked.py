@@ -62,6 +62,7 @@ class Chunked(Scheduler):
             else:
                 waiting.popleft()
             rep.queued_tokens -= job.req.input_length
+            sim.queue_lengths[rep.idx] -= 1
             admitted = True
             rep.prefilling.append(job)
             loads += job.load_s

@@ -48,6 +48,7 @@ class PrefillFirst(Scheduler):
                 else:
                     waiting.popleft()
                 rep.queued_tokens -= job.req.input_length
+                sim.queue_lengths[rep.idx] -= 1
                 t, r, q = sim.queue_samples      # (Simulator.sample_queue, inlined)
                 t.append(sim.now)
                 r.append(rep.idx)
