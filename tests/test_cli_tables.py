@@ -122,9 +122,7 @@ def test_gateway_check_tables_fit(capsys):
 
 def test_validate_engine_table_fits(capsys, monkeypatch):
     """The table `btb validate-engine` prints, from the shipped measured run (no engine needed)."""
-    import importlib
-
-    module = importlib.import_module("btb_core.engine.validate")  # the package re-exports validate()
+    from btb_core.engine import validation as module
     shipped = module.load_result(module.SHIPPED_RESULT)
     monkeypatch.setattr(module, "validate", lambda *a, **k: shipped)
     text = _out(capsys, ["validate-engine"])

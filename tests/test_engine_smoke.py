@@ -55,7 +55,7 @@ def test_real_engine_smoke(tmp_path):
     from btb_core.engine.replay import replay
     from btb_core.engine.client import complete, complete_at_once
     from btb_core.engine.server import SERVED_MODEL_NAME, EngineCluster
-    from btb_core.engine.validate import compare, speed_probe, summarise
+    from btb_core.engine.validation import compare, speed_probe, summarise
     from btb_core.routers import make_router
 
     trace = _smoke_trace()

@@ -158,7 +158,7 @@ def test_fit_recovers_known_coefficients():
 def test_simulated_engine_matches_fitted_model_for_lone_requests():
     # a request alone on the simulated engine: TTFT = the fitted closed form
     from btb_core.engine.calibrate import fitted_engine
-    from btb_core.engine.validate import FixedAssignment, engine_cluster_config
+    from btb_core.engine.validation import FixedAssignment, engine_cluster_config
 
     fit = fitted_engine(0.02, 0.015, 2e-5, 3e-9, context_s_per_token=2e-6)
     rows = [req(0.0, 1, 4992, 5000, 2), req(100.0, 1, 4992, 5300, 3)]
@@ -175,7 +175,7 @@ def test_prefill_first_adds_the_context_term_once_per_prefill():
     import dataclasses
 
     from btb_core.engine.calibrate import fitted_engine
-    from btb_core.engine.validate import FixedAssignment, engine_cluster_config
+    from btb_core.engine.validation import FixedAssignment, engine_cluster_config
 
     fit = fitted_engine(0.0, 0.015, 2e-5, 3e-9, context_s_per_token=2e-6)
     rows = [req(0.0, 1, 4992, 5000, 2), req(100.0, 1, 4992, 5300, 3)]
@@ -202,7 +202,7 @@ def test_arrivals_during_a_step_push_its_end_back(scheduler):
     # much later. A request arriving at an idle replica (A) adds nothing.
     import dataclasses
 
-    from btb_core.engine.validate import FixedAssignment, engine_cluster_config
+    from btb_core.engine.validation import FixedAssignment, engine_cluster_config
 
     rows = [req(0.0, 1, 0, 2000, 2), req(0.01, 3, 1024, 1100, 3), req(0.02, 4, 1024, 1100, 4)]
     out = {}
@@ -220,7 +220,7 @@ def test_arrivals_during_a_step_push_its_end_back(scheduler):
 
 def test_arrival_overhead_counts_arrivals_during_the_step_only():
     # B arrives after A's step ended (replica idle again): nothing added to anyone.
-    from btb_core.engine.validate import FixedAssignment, engine_cluster_config
+    from btb_core.engine.validation import FixedAssignment, engine_cluster_config
 
     rows = [req(0.0, 1, 0, 2000, 2), req(5.0, 3, 0, 500, 3)]
     base = simulate(trace_of(rows), FixedAssignment([0, 0]),
@@ -233,7 +233,7 @@ def test_arrival_overhead_counts_arrivals_during_the_step_only():
 def test_arrival_during_a_decode_stretch_moves_everything_after_it_by_the_overhead():
     # A decodes 200 tokens in one stretch; B arrives mid-stretch: the stretch is cut at the step
     # in progress, which ends arrival_overhead_s later, and every later event moves by that much.
-    from btb_core.engine.validate import FixedAssignment, engine_cluster_config
+    from btb_core.engine.validation import FixedAssignment, engine_cluster_config
 
     rows = [req(0.0, 1, 0, 512, 2, out=200), req(1.0, 3, 0, 512, 3, out=5)]
     base = simulate(trace_of(rows), FixedAssignment([0, 0]),
@@ -268,7 +268,7 @@ def test_cost_model_rejects_negative_arrival_overhead():
 
 
 def test_shipped_validation_trace_is_the_generator_output(tmp_path):
-    from btb_core.engine.validate import DEFAULT_TRACE, load_validation_trace
+    from btb_core.engine.validation import DEFAULT_TRACE, load_validation_trace
     from btb_core.engine.workload import write_validation_trace
 
     out = write_validation_trace(tmp_path / "t.jsonl", seed=0)
@@ -341,7 +341,7 @@ def test_each_server_count_gets_the_fit_of_its_own_calibration(tmp_path):
     # a run on n servers is compared with the cost model fitted to the rows measured with n
     # servers busy; a count without rows falls back to the largest smaller one
     from btb_core.engine.calibrate import calibration_for, fit_by_busy
-    from btb_core.engine.validate import ValidationResult, load_result, save_result
+    from btb_core.engine.validation import ValidationResult, load_result, save_result
 
     alone = np.array([0.02, 0.015, 2e-5, 3e-9, 0.0])
     loaded = np.array([0.02, 0.015, 2.6e-5, 3.9e-9, 0.0])  # both terms 30 % slower
@@ -375,7 +375,7 @@ def _scored(ttft_real, ttft_sim):
 
 def test_repeated_runs_pool_requests_and_report_the_engine_noise():
     # two real runs of the same 2 requests: means 1.0 and 1.5 s; the simulator says 1.0 s for both
-    from btb_core.engine.validate import pool_runs, summarise
+    from btb_core.engine.validation import pool_runs, summarise
 
     runs = [_scored([0.5, 1.5], [0.5, 1.5]), _scored([1.0, 2.0], [0.5, 1.5])]
     sums = [dict(summarise(r), sim_policy_ttft_mean_s=m, replay_wall_s=w)
@@ -396,11 +396,9 @@ def test_repeated_runs_pool_requests_and_report_the_engine_noise():
 
 
 def test_drift_is_the_median_measured_over_fitted_ttft(monkeypatch):
-    import importlib
-
     from btb_core.engine import calibrate as cal
 
-    val = importlib.import_module("btb_core.engine.validate")  # the module, not the function
+    from btb_core.engine import validation as val
     fit = cal.fitted_engine(0.01, 0.02, 4e-4, 2e-7)
     pts = [(1024, 0), (2048, 0), (1024, 4096)]
     pred = fit.predict_ttft_s([s for s, _ in pts], [c for _, c in pts])
@@ -422,7 +420,7 @@ def test_rescore_keeps_repeats_apart_and_pools_them():
     # two copies of the same real run as repeats 0 and 1: pooled figures equal one run's, the
     # run-to-run noise is 0, and each repeat is simulated on its own
     from btb_core.engine import calibrate as cal
-    from btb_core.engine.validate import (REAL_COLUMNS, ValidationResult, head,
+    from btb_core.engine.validation import (REAL_COLUMNS, ValidationResult, head,
                                           load_validation_trace, rescore)
 
     calib = _synthetic_calibration(np.array([0.02, 0.015, 4e-4, 3e-7, 0.0]), 1)
@@ -445,7 +443,7 @@ def test_rescore_keeps_repeats_apart_and_pools_them():
 
 
 def test_validate_rejects_a_bad_warmup_count_before_starting_anything():
-    from btb_core.engine.validate import validate
+    from btb_core.engine.validation import validate
     from btb_core.errors import ConfigError
 
     for bad in (-1, "2", 1.5, True):
@@ -456,7 +454,7 @@ def test_validate_rejects_a_bad_warmup_count_before_starting_anything():
 def test_rescore_without_the_context_term_is_more_optimistic_on_the_shipped_run():
     # the shipped run's calibration has points with few new tokens after long cached contexts:
     # refitted without e, the simulator gets faster on the validation trace (README section 14)
-    from btb_core.engine.validate import SHIPPED_RESULT, load_result, rescore
+    from btb_core.engine.validation import SHIPPED_RESULT, load_result, rescore
 
     shipped = load_result(SHIPPED_RESULT)
     with_e = rescore(shipped).summary.set_index(["num_replicas", "policy"])
@@ -469,7 +467,7 @@ def test_rescore_without_the_context_term_is_more_optimistic_on_the_shipped_run(
 def test_speed_factor_scales_every_time_of_a_lone_request():
     # FittedEngine.scaled(f): all six coefficients x f, so a request alone on the engine (no
     # queueing) is simulated exactly f times slower; compare() keeps the unscaled TTFT too
-    from btb_core.engine.validate import compare
+    from btb_core.engine.validation import compare
 
     fit = _arrival_cost(0.004, context_s_per_token=2e-6)
     rows = [req(0.0, 1, 2048, 3000, 2), req(100.0, 1, 2048, 2100, 3)]
@@ -491,7 +489,7 @@ def test_speed_factor_scales_every_time_of_a_lone_request():
 def test_arrival_overhead_applies_to_requests_a_router_dispatches_later():
     # the router holds C back and dispatches it when B's prefill is done, while A (long) still
     # computes on replica 0: C's arrival there pushes A's running step back (Simulator._enqueue)
-    from btb_core.engine.validate import engine_cluster_config
+    from btb_core.engine.validation import engine_cluster_config
 
     class HoldC(Router):
         name = "hold_c"
@@ -547,7 +545,7 @@ def test_scaled_fit_survives_as_dict_and_rejects_non_numbers():
 
 def test_rescore_with_a_speed_factor_on_some_runs_only():
     # one run probed (factor 1.1), the other not (NaN): no crash, unscaled errors for both runs
-    from btb_core.engine.validate import SHIPPED_RESULT, load_result, rescore
+    from btb_core.engine.validation import SHIPPED_RESULT, load_result, rescore
 
     res = load_result(SHIPPED_RESULT)
     req = res.requests.copy()
@@ -566,7 +564,7 @@ def test_arrival_overhead_skips_a_paused_replica_and_moves_a_running_operation()
     # Simulator._arrival_overhead: a replica paused for a copy computes nothing the front end
     # could slow; a running operation ends arrival_overhead_s later (a new heap entry, the old
     # one invalidated by the operation token)
-    from btb_core.engine.validate import FixedAssignment, engine_cluster_config
+    from btb_core.engine.validation import FixedAssignment, engine_cluster_config
     from btb_core.sim.engine import Simulator
 
     sim = Simulator(trace_of([req(0.0, 1, 0, 100, 2)]), FixedAssignment([0]),
@@ -581,3 +579,13 @@ def test_arrival_overhead_skips_a_paused_replica_and_moves_a_running_operation()
         assert (rep.op_token, len(sim._heap)) == ((token + 1, heap + 1) if moved else (token, heap))
         if moved:
             assert max(e[0] for e in sim._heap if e[4] == rep.op_token) == pytest.approx(1.004)
+
+
+def test_engine_validation_module_is_not_shadowed():
+    """``btb_core.engine.validate`` is the function, ``btb_core.engine.validation`` its module:
+    ``import ... as`` and attribute access reach each without importlib."""
+    import btb_core.engine
+    import btb_core.engine.validation as val
+
+    assert callable(btb_core.engine.validate) and btb_core.engine.validate is val.validate
+    assert btb_core.engine.validation is val and hasattr(val, "rescore")

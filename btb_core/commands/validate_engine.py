@@ -23,7 +23,7 @@ from .tables import add_wide_option, render
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``validate-engine`` subcommand."""
-    from ..engine.validate import DEFAULT_POLICIES
+    from ..engine.validation import DEFAULT_POLICIES
 
     p = subparsers.add_parser(
         "validate-engine", help="real vLLM (CPU) vs simulated TTFT and cached tokens",
@@ -68,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..engine.validate import validate
+    from ..engine.validation import validate
 
     if args.repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {args.repeats}")
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
     out = jsonable(res.as_json())
     if args.out:
-        from ..engine.validate import save_result
+        from ..engine.validation import save_result
 
         save_result(res, args.out)
     if args.json:

@@ -8,7 +8,7 @@ functions raise :class:`EngineNotInstalled` whose message says how to install it
 
 from .server import (ENGINE_BLOCK_TOKENS, ENGINE_CHUNK_TOKENS, INSTALL_HINT, EngineCluster,
                      EngineError, EngineNotInstalled, engine_available, tiny_model_spec)
-from .validate import DEFAULT_POLICIES, DEFAULT_TRACE, GOALS, ValidationResult, validate
+from .validation import DEFAULT_POLICIES, DEFAULT_TRACE, GOALS, ValidationResult, validate
 
 __all__ = ["DEFAULT_POLICIES", "DEFAULT_TRACE", "ENGINE_BLOCK_TOKENS", "ENGINE_CHUNK_TOKENS", "GOALS",
            "INSTALL_HINT", "EngineCluster", "EngineError", "EngineNotInstalled", "ValidationResult",

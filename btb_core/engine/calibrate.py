@@ -311,7 +311,7 @@ class FittedEngine:
     def scaled(self, factor: float) -> "FittedEngine":
         """The same fit with every time ``factor`` times longer (all six coefficients,
         ``tpot_s`` and the weights' read time of the decode memory term): the engine measured ``factor`` times slower than at calibration (see
-        :func:`btb_core.engine.validate.speed_probe`). Raises ValueError unless ``factor > 0``."""
+        :func:`btb_core.engine.validation.speed_probe`). Raises ValueError unless ``factor > 0``."""
         if (not isinstance(factor, numbers.Real) or isinstance(factor, (bool, np.bool_))
                 or not (factor > 0 and np.isfinite(factor))):
             raise ValueError(f"FittedEngine.scaled: factor must be a finite number > 0, got {factor!r}")

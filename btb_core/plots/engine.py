@@ -1,6 +1,6 @@
 """Charts of the real-engine validation (notebook 07). Builders take plain tables.
 
-Tables come from :mod:`btb_core.engine.validate` (``ValidationResult.requests`` / ``.summary``) and
+Tables come from :mod:`btb_core.engine.validation` (``ValidationResult.requests`` / ``.summary``) and
 :func:`btb_core.engine.calibrate.fit_table`.
 """
 
