@@ -183,4 +183,4 @@ def test_btb_adaptive_forgets_the_pending_blocks_of_requests_lost_in_a_failure()
     res = simulate(tr, router, cluster(2), events=[ClusterEvent(0.01, "fail", 1)])
     assert res.metrics["retries"] == 5 and (res.requests["replica"] == 0).all()
     # every request's prefill ended, so nothing is pending anywhere
-    assert router._pend.reach == {} and router._pend.count == {}
+    assert router._pend.runs == {} and not any(router._pend.pieces) and not any(router._pend.sizes)

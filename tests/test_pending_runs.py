@@ -1,5 +1,6 @@
-"""``btb_adaptive``'s pending book kept per run of ids (issue 14) against the plain computation: a
-reference count per block id and per replica, and a replica's pending depth counted id by id."""
+"""``btb_adaptive``'s pending book (a :class:`~btb_core.routers.holder_sets.RunBook`, kept per run of
+ids; issue 14) against the plain computation: a reference count per block id and per replica, and
+a replica's pending depth, up to a limit, counted id by id."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from btb_core.routers.pending_runs import PendingRuns, request_runs, runs_of_ids, truncate_runs
+from btb_core.routers.holder_sets import RunBook
+from btb_core.routers.pending_runs import request_runs, runs_of_ids, truncate_runs
 from btb_core.sim.request import Request
 
 from test_router_incremental import chain, interned
@@ -44,7 +46,7 @@ def test_pending_depths_equal_a_refcount_per_id(ops, layout, seed):
     paths = interned([chain(p) for _, _, p in ops])
     if layout == "relabelled":
         paths = relabel(paths, seed)
-    book = PendingRuns()
+    book = RunBook(4)
     ref = [dict() for _ in range(4)]
     booked: list = []
     for (add, r, _), ids in zip(ops, paths):
@@ -73,8 +75,11 @@ def test_pending_depths_equal_a_refcount_per_id(ops, layout, seed):
                         want[s] = k
                     assert book.depth(s, *runs, limit) == k
                 assert book.depths(*runs, limit) == want
+            assert book.depths(*runs) == book.depths(*runs, len(q))     # no limit = the whole path
+        for s in range(4):
+            assert book.sizes[s] == len(ref[s])
     if not booked:
-        assert book.reach == {} and book.count == {}
+        assert book.runs == {} and book.pieces == [{}] * 4
 
 
 @settings(max_examples=200, deadline=None)

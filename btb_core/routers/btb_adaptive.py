@@ -66,7 +66,8 @@ import pandas as pd
 from ..errors import ConfigError
 from .base import Router, cached_blocks_all, kv_usage_all, kv_usage_max
 from .params import RouterParam, check_range
-from .pending_runs import PendingRuns, request_runs, truncate_runs
+from .holder_sets import RunBook
+from .pending_runs import request_runs, truncate_runs
 
 #: Depth grid: every block up to this depth, then ``_PER_OCTAVE`` depths per doubling.
 _DENSE = 16
@@ -234,7 +235,7 @@ class BTBAdaptiveRouter(Router):
         self._decoding = [0] * n                     # requests past prefill, not finished
         # per replica: the paths of its queued prefills, kept per run of ids (one walk of the
         # query's runs finds every replica's pending depth)
-        self._pend = PendingRuns()
+        self._pend = RunBook(n)
         self._incoming = [list() for _ in range(n)]  # (ids, land_s, tid or ("pipe", key))
         self._inc_any: set = set()                    # replicas whose _incoming is not empty
         self._tid: dict = {}                          # transfer id -> (key, dst, ids, row)

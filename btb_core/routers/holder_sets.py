@@ -253,12 +253,66 @@ class RunBook:
         """``{run start: leading blocks held}`` of ``replica``'s book."""
         return {s: self.runs[s][replica] for s in self.pieces[replica]}
 
-    def depths(self, starts, lens) -> dict[int, int]:
-        """``{replica: k}``: how many leading blocks of the path of pieces ``(starts, lens)`` each
-        replica's book holds, for the replicas where ``k >= 1`` (the others hold 0); equal to
-        :meth:`BookHolders.depths` of the same ids (checked in tests/test_router_incremental.py).
+    def depths(self, starts, lens, limit: int | None = None) -> dict[int, int]:
+        """``{replica: k}``: how many leading blocks of the path of pieces ``(starts, lens)``, at
+        most ``limit`` (None: no limit), each replica's book holds, for the replicas where
+        ``k >= 1`` (the others hold 0); equal to :meth:`BookHolders.depths` of the same ids
+        (checked in tests/test_router_incremental.py and, with a limit, tests/test_pending_runs.py).
         See :func:`piece_depths`."""
-        return piece_depths(self.runs, starts, lens)
+        if limit is None:
+            return piece_depths(self.runs, starts, lens)
+        out: dict[int, int] = {}
+        runs = self.runs
+        acc = 0
+        alive = None
+        for s, k in zip(starts, lens):
+            if acc >= limit:
+                break
+            if k > limit - acc:
+                k = limit - acc
+            rs = runs.get(s)
+            if alive is None:
+                if not rs:
+                    return out
+                alive = []
+                for r, m in rs.items():
+                    if m >= k:
+                        alive.append(r)
+                    else:
+                        out[r] = m
+            else:
+                nxt = []
+                for r in alive:
+                    m = rs.get(r, 0) if rs else 0
+                    if m >= k:
+                        nxt.append(r)
+                    else:
+                        out[r] = acc + m
+                alive = nxt
+            if not alive:
+                return out
+            acc += k
+        if alive:
+            for r in alive:
+                out[r] = acc
+        return out
+
+    def depth(self, replica: int, starts, lens, limit: int) -> int:
+        """:meth:`depths` of one replica, at most ``limit`` (0 when its book holds none of the
+        path)."""
+        runs = self.runs
+        acc = 0
+        for s, k in zip(starts, lens):
+            if acc >= limit:
+                break
+            if k > limit - acc:
+                k = limit - acc
+            rs = runs.get(s)
+            m = rs.get(replica, 0) if rs else 0
+            if m < k:
+                return acc + m
+            acc += k
+        return acc
 
 
 def piece_depths(runs: dict, starts, lens) -> dict[int, int]:
