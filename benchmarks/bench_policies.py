@@ -34,7 +34,7 @@ Columns printed:
 
 After the table, the fleet-scale case: a ``--fleet-rows`` (default 1,000,000, the issue's size)
 row Bursted-shaped trace on 256 replicas with ``btb`` (goal: under 60 s on one core, under 2 GB peak
-RSS), one repeat, in its own process; reported: the replay's CPU and wall seconds, the trace
+RSS), one replay (no warm-up), in its own process; reported: the replay's CPU and wall seconds, the trace
 build's, and the process's peak RSS (trace included). ``--fleet-rows 0`` skips it; ``--fleet`` runs
 only it.
 
@@ -85,45 +85,9 @@ def _trace(name: str, windows: int, rows: int | None, mooncake_rows: int | None 
     return trace
 
 
-def _case(args: dict, queue) -> None:
-    try:
-        from btb_core.routers import make_router
-        from btb_core.sim import ClusterConfig, simulate
-
-        b0, bw0 = time.process_time(), time.perf_counter()
-        trace = _trace(args["trace"], args["windows"], args.get("rows"), args.get("mooncake_rows"))
-        build = (time.process_time() - b0, time.perf_counter() - bw0)
-        cluster = ClusterConfig.from_setup("70b_h100x4", num_replicas=args["replicas"],
-                                           scheduler=args["scheduler"])
-        runs = []
-        res = None
-        for _ in range(args["repeats"]):
-            router = make_router(args["policy"])
-            c0, t0 = time.process_time(), time.perf_counter()
-            res = simulate(trace, router, cluster, seed=0, progress=False)
-            runs.append((time.process_time() - c0, time.perf_counter() - t0))
-            del router
-        n = len(trace)
-        cpu = min(r[0] for r in runs)      # the least disturbed repeat (see the module docstring)
-        queue.put({
-            "trace": args["trace"], "rows": n, "replicas": args["replicas"], "policy": args["policy"],
-            "scheduler": args["scheduler"], "repeats": args["repeats"],
-            "cpu_s_min": round(cpu, 4),
-            "cpu_s_median": round(statistics.median(r[0] for r in runs), 4),
-            "cpu_s_all": [round(r[0], 4) for r in runs],
-            "wall_s_all": [round(r[1], 4) for r in runs],
-            "trace_build_cpu_s": round(build[0], 3), "trace_build_wall_s": round(build[1], 3),
-            "requests_per_s_cpu": round(n / cpu), "cpu_us_per_request": round(1e6 * cpu / n, 2),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-            "events": res.metrics["events"], "ttft_mean_s": round(res.metrics["ttft_mean_s"], 6),
-        })
-    except BaseException as exc:  # report, do not hang the parent on queue.get()
-        queue.put({"error": f"{type(exc).__name__}: {exc}", **args})
-        raise
-
-
 def _serve(args: dict, conn) -> None:
-    """A case's process: build the trace, replay once unrecorded, then replay once per ``"run"``
+    """A case's process: build the trace, replay once unrecorded (unless ``args["warmup"]`` is
+    False), then replay once per ``"run"``
     received on ``conn`` (answering ``(cpu_s, wall_s, events, ttft_mean_s)``) until ``"stop"``
     (answering the peak RSS, MB)."""
     try:
@@ -135,7 +99,8 @@ def _serve(args: dict, conn) -> None:
         build = (time.process_time() - b0, time.perf_counter() - bw0)
         cluster = ClusterConfig.from_setup("70b_h100x4", num_replicas=args["replicas"],
                                            scheduler=args["scheduler"])
-        simulate(trace, make_router(args["policy"]), cluster, seed=0, progress=False)  # warm-up
+        if args.get("warmup", True):
+            simulate(trace, make_router(args["policy"]), cluster, seed=0, progress=False)
         conn.send({"rows": len(trace), "trace_build": build})
         while True:
             cmd = conn.recv()
@@ -230,18 +195,6 @@ def _interleaved(trace: str, a, on_replay=None) -> list[dict]:
                 c.proc.join()
 
 
-def _run(args: dict) -> dict:
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    p = ctx.Process(target=_case, args=(args, q))
-    p.start()
-    row = q.get()
-    p.join()
-    if "error" in row:
-        raise RuntimeError(f"case {args} failed: {row['error']}")
-    return row
-
-
 def _shown(path: Path) -> str:
     """``path`` relative to the repository when inside it (no machine paths in the JSON)."""
     try:
@@ -266,8 +219,17 @@ def _fleet(a) -> dict:
     """The fleet-scale case (btb, 256 replicas, ``a.fleet_rows`` rows); prints one line."""
     windows = 2 * -(-a.fleet_rows // 5120) + 1  # a normal + a synthetic window = 5,120 rows
     t0 = time.perf_counter()
-    row = _run({"trace": "bursted_shaped", "windows": windows, "rows": a.fleet_rows, "replicas": 256,
-                "policy": "btb", "scheduler": a.scheduler, "repeats": 1})
+    case = _Case(mp.get_context("spawn"),
+                 {"trace": "bursted_shaped", "windows": windows, "rows": a.fleet_rows, "replicas": 256,
+                  "policy": "btb", "scheduler": a.scheduler, "warmup": False})
+    try:
+        case.ready()
+        case.replay()
+        row = case.finish()
+    finally:
+        if case.proc.is_alive():
+            case.proc.kill()
+            case.proc.join()
     row["case_wall_s_with_trace_build"] = round(time.perf_counter() - t0, 2)
     row["goal"] = "replay < 60 CPU s on one core and peak RSS < 2,048 MB (issue 14)"
     # the goal is stated for the issue's size; a smaller cut is a measurement, not a verdict

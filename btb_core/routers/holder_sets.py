@@ -20,6 +20,8 @@ stretch of equal masks (:func:`set_bit_nested`).
 
 from __future__ import annotations
 
+from .pending_runs import truncate_runs
+
 
 class BookHolders:
     """Per-replica reference-counted books of block ids plus, per block, the replicas holding it.
@@ -259,43 +261,9 @@ class RunBook:
         ``k >= 1`` (the others hold 0); equal to :meth:`BookHolders.depths` of the same ids
         (checked in tests/test_router_incremental.py and, with a limit, tests/test_pending_runs.py).
         See :func:`piece_depths`."""
-        if limit is None:
-            return piece_depths(self.runs, starts, lens)
-        out: dict[int, int] = {}
-        runs = self.runs
-        acc = 0
-        alive = None
-        for s, k in zip(starts, lens):
-            if acc >= limit:
-                break
-            if k > limit - acc:
-                k = limit - acc
-            rs = runs.get(s)
-            if alive is None:
-                if not rs:
-                    return out
-                alive = []
-                for r, m in rs.items():
-                    if m >= k:
-                        alive.append(r)
-                    else:
-                        out[r] = m
-            else:
-                nxt = []
-                for r in alive:
-                    m = rs.get(r, 0) if rs else 0
-                    if m >= k:
-                        nxt.append(r)
-                    else:
-                        out[r] = acc + m
-                alive = nxt
-            if not alive:
-                return out
-            acc += k
-        if alive:
-            for r in alive:
-                out[r] = acc
-        return out
+        if limit is not None and sum(lens) > limit:
+            starts, lens = truncate_runs(starts, lens, limit)
+        return piece_depths(self.runs, starts, lens)
 
     def depth(self, replica: int, starts, lens, limit: int) -> int:
         """:meth:`depths` of one replica, at most ``limit`` (0 when its book holds none of the
