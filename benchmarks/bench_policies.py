@@ -10,26 +10,30 @@ on two traces -- the Bursted-shaped trace of ``btb_core.bursted_shaped`` (``--wi
 Each (trace, replicas, policy) case runs in its own process (one core at a time), so peak RSS
 is per case. Every case's process builds its trace once and replays it once unrecorded (a fresh
 process's first replay pays one-time costs); then the cases take turns: in each of ``--repeats``
-rounds every case of the trace replays once, in an order rotated by one case per round, so that
-the replays a ratio compares ran seconds apart. This VM's speed moves by 10-30% within minutes,
-and with one process per case run back to back (the first version of this script) a ratio
-compared replays minutes apart and moved by about +-0.2 between runs. The time of one replay is
-its **CPU time** (``time.process_time``: the 2 cores of the machine are shared, so wall time
-mostly measures the neighbours), after a ``gc.collect()`` outside the timing (the previous
-replay's garbage is not this one's cost; ``timeit`` goes further and disables the collector); ``req/s`` uses the **minimum** over the rounds (the least
-disturbed replay, as the Python ``timeit`` documentation advises), and each ratio is the
-**median over the rounds** of that round's ratio, with the least and largest round's in the JSON
-(``*_range``). Every replay's CPU and wall time is in the JSON. Trace building is not counted (it
-is the same for every policy).
+rounds every case of the trace replays once, in an order rotated by one case per round, so each
+case's replays are spread over the whole run. The time of one replay is its **CPU time**
+(``time.process_time``: the 2 cores of the machine are shared, so wall time mostly measures the
+neighbours), after a ``gc.collect()`` outside the timing (the previous replay's garbage is not
+this one's cost; ``timeit`` goes further and disables the collector). Each case's figure is its
+**minimum** over the rounds (the least disturbed replay, as the Python ``timeit`` documentation
+advises), and the ratios compare those minima. This VM's speed moves by 10-50% within seconds to
+minutes: with each case's replays back to back (the first version of this script) a case whose
+few seconds fell in a slow spell had every replay slowed, and the ratios moved by about +-0.2
+between runs; interleaved, two runs of the table (2026-12-01, 19:21 and 20:02 UTC, the second on a
+much noisier machine) gave ratios to ``round_robin`` 0.02 apart on average (largest 0.14) and
+64/4 ratios 0.04 apart. The JSON also has, per ratio, the least, median and largest of the
+same-round ratios (``*_rounds``), which move about three times as much between runs (0.05 and
+0.13): a slow spell hits one case of a pair and not the other.
 
 Columns printed:
 
 - ``req/s``: requests / minimum CPU seconds of one replay;
-- ``x rr``: ``round_robin``'s CPU time / this case's, on the same trace and replica count in the
-  same round (= the ratio of their requests/s), median over the rounds (the issue's goal: >= 0.8);
-- ``64/4``: CPU seconds per request at 64 replicas / at 4 in the same round, median over the
-  rounds (the goal: <= 1.2), on the row of 64 replicas;
-- ``range``: the least and largest round's value of the ratio beside it;
+- ``x rr``: ``round_robin``'s least CPU time / this case's, on the same trace and replica count in
+  this run (= the ratio of their requests/s; the issue's goal: >= 0.8);
+- ``64/4``: least CPU time per request at 64 replicas / at 4 (the goal: <= 1.2), on the row of 64
+  replicas;
+- ``rounds``: the least and largest same-round value of the ratio beside it (how much one round's
+  comparison scatters);
 - ``peak RSS``: the case process's maximum resident set (MB), trace included.
 
 After the table, the fleet-scale case: a ``--fleet-rows`` (default 1,000,000, the issue's size)
@@ -129,6 +133,7 @@ class _Case:
         self.proc.start()
         child.close()
         self.runs: list[tuple] = []
+        self.started: list[float] = []      # parent's clock when each replay was asked for
         self.info = None
 
     def _recv(self):
@@ -141,12 +146,14 @@ class _Case:
         self.info = self._recv()
 
     def replay(self) -> tuple:
+        self.started.append(time.perf_counter())
         self.conn.send("run")
         self.runs.append(self._recv())
         return self.runs[-1]
 
-    def finish(self) -> dict:
-        """Stop the process; the case's row (the JSON's fields)."""
+    def finish(self, t0: float = 0.0) -> dict:
+        """Stop the process; the case's row (the JSON's fields; ``started_s_all``: when each replay
+        was asked for, seconds after ``t0``)."""
         self.conn.send("stop")
         rss = self._recv()
         self.proc.join()
@@ -162,6 +169,7 @@ class _Case:
             "cpu_s_median": round(statistics.median(r[0] for r in runs), 4),
             "cpu_s_all": [round(r[0], 4) for r in runs],
             "wall_s_all": [round(r[1], 4) for r in runs],
+            "started_s_all": [round(t - t0, 3) for t in self.started],
             "trace_build_cpu_s": round(build[0], 3), "trace_build_wall_s": round(build[1], 3),
             "requests_per_s_cpu": round(n / cpu), "cpu_us_per_request": round(1e6 * cpu / n, 2),
             "peak_rss_mb": rss, "events": runs[0][2], "ttft_mean_s": round(runs[0][3], 6),
@@ -180,6 +188,7 @@ def _interleaved(trace: str, a, on_replay=None) -> list[dict]:
     try:
         for c in cases:
             c.ready()
+        t0 = time.perf_counter()
         k = len(cases)
         for rnd in range(a.repeats):
             for i in range(k):
@@ -187,7 +196,7 @@ def _interleaved(trace: str, a, on_replay=None) -> list[dict]:
                 c.replay()
                 if on_replay is not None:
                     on_replay(rnd, c)
-        return [c.finish() for c in cases]
+        return [c.finish(t0) for c in cases]
     finally:
         for c in cases:
             if c.proc.is_alive():
@@ -246,13 +255,13 @@ def _verdict(row: dict) -> str:
     return {True: "met", False: "NOT met", None: "not judged (smaller cut)"}[row["goal_met"]]
 
 
-def _paired(num: dict | None, den: dict | None) -> tuple:
-    """``(median, [least, largest])`` over the rounds of ``num``'s CPU time / ``den``'s in the
-    same round (``(None, None)`` when either is missing)."""
+def _rounds(num: dict | None, den: dict | None) -> list | None:
+    """``[least, median, largest]`` over the rounds of ``num``'s CPU time / ``den``'s in the same
+    round (None when either is missing)."""
     if num is None or den is None:
-        return None, None
+        return None
     ratios = [x / y for x, y in zip(num["cpu_s_all"], den["cpu_s_all"])]
-    return round(statistics.median(ratios), 3), [round(min(ratios), 3), round(max(ratios), 3)]
+    return [round(min(ratios), 3), round(statistics.median(ratios), 3), round(max(ratios), 3)]
 
 
 def _summarise(rows: list[dict], a, machine: dict, final: bool, fleet: dict | None = None) -> None:
@@ -261,10 +270,13 @@ def _summarise(rows: list[dict], a, machine: dict, final: bool, fleet: dict | No
     lo, hi = min(a.replicas), max(a.replicas)
     for r in rows:
         rr = by.get((r["trace"], r["replicas"], "round_robin"))
-        r["ratio_to_round_robin"], r["ratio_to_round_robin_range"] = _paired(rr, r)
+        r["ratio_to_round_robin"] = round(rr["cpu_s_min"] / r["cpu_s_min"], 3) if rr else None
+        r["ratio_to_round_robin_rounds"] = _rounds(rr, r)
         small = by.get((r["trace"], lo, r["policy"]))
         key = f"cost_ratio_vs_{lo}_replicas"
-        r[key], r[key + "_range"] = _paired(r, small)
+        r[key] = (round(r["cpu_us_per_request"] / small["cpu_us_per_request"], 3)
+                  if small else None)
+        r[key + "_rounds"] = _rounds(r, small)
     machine["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     payload = {"machine": machine, "complete": final,
                "args": {k: (_shown(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
@@ -276,17 +288,17 @@ def _summarise(rows: list[dict], a, machine: dict, final: bool, fleet: dict | No
         os.replace(tmp, out)
         return
     print()
-    print(f"{'trace':<22} {'repl':>4} {'policy':<13} {'req/s (CPU)':>11} {'x rr':>6} {'range':>11} "
-          f"{f'{hi}/{lo}':>6} {'range':>11} {'peak RSS MB':>11}")
+    print(f"{'trace':<22} {'repl':>4} {'policy':<13} {'req/s (CPU)':>11} {'x rr':>6} {'rounds':>11} "
+          f"{f'{hi}/{lo}':>6} {'rounds':>11} {'peak RSS MB':>11}")
 
     def rng(v):
-        return "" if v is None else f"{v[0]:.2f}-{v[1]:.2f}"
+        return "" if v is None else f"{v[0]:.2f}-{v[2]:.2f}"
 
     for r in rows:
         key = f"cost_ratio_vs_{lo}_replicas"
-        ratio, spread = (r[key], r[key + "_range"]) if r["replicas"] == hi else (None, None)
+        ratio, spread = (r[key], r[key + "_rounds"]) if r["replicas"] == hi else (None, None)
         print(f"{r['trace']:<22} {r['replicas']:>4} {r['policy']:<13} {r['requests_per_s_cpu']:>11,} "
-              f"{r['ratio_to_round_robin'] or float('nan'):>6.2f} {rng(r['ratio_to_round_robin_range']):>11} "
+              f"{r['ratio_to_round_robin'] or float('nan'):>6.2f} {rng(r['ratio_to_round_robin_rounds']):>11} "
               f"{'' if ratio is None else f'{ratio:.2f}':>6} {rng(spread):>11} {r['peak_rss_mb']:>11,.0f}")
     slow = [f"{r['trace']}/{r['replicas']}/{r['policy']}" for r in rows
             if r["ratio_to_round_robin"] is not None and r["ratio_to_round_robin"] < 0.8]
@@ -309,8 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mooncake-rows", type=int, default=5000,
                     help="first rows of the Mooncake conversation trace (0 = all 12,031; default 5,000)")
     ap.add_argument("--repeats", type=int, default=5,
-                    help="rounds: replays per case (default 5); req/s from the least CPU time, ratios "
-                         "the median over the rounds")
+                    help="rounds: replays per case (default 5); req/s and ratios from each case's "
+                         "least CPU time")
     ap.add_argument("--replicas", type=int, nargs="+", default=[4, 16, 64])
     ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
     ap.add_argument("--traces", nargs="+", default=["bursted_shaped", "mooncake_conversation"],
