@@ -57,6 +57,7 @@ from .params import RouterParam, check_range
 #: machine, 2026-12-01).
 _FEW_MATCHES = 24
 
+
 class LlmDRouter(Router):
     """Weighted prefix / queue / KV-utilisation scoring (see the module docstring).
 
