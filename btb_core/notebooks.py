@@ -4,8 +4,9 @@
 ``NN_*.ipynb`` in name order, injecting the parameters listed under the notebook's stem in the YAML
 file (notebooks not listed run at their quick defaults), and writes the executed copies to ``--out``.
 The file is checked before anything runs (:func:`load_params`): a notebook or parameter name it
-does not know, or a file that is not a mapping, is a one-line error (exit 2). With ``--params``
-the listed notebooks' figures go to ``figures/`` (this is ``make reproduce``); the others' (quick
+does not know, or a file that is not a mapping, is a one-line error (exit 2). With ``--params
+notebooks/params/full.yaml`` the listed notebooks' figures go to ``figures/`` (this is ``make
+reproduce``); with another params file, to ``<--out>/figures/``; the unlisted notebooks' (quick
 defaults) to ``build/figures-quick/``, as every figure of a run without ``--params``, unless
 ``$BTB_FIGURES_DIR`` says otherwise. A notebook run by hand in
 JupyterLab writes to ``build/figures/``, so the shipped figures are only ever written by
@@ -202,9 +203,14 @@ def run_all(params_file: Path | None, out_dir: Path, only: list[str] | None = No
         # quick-parameter runs must never overwrite the full-size figures shipped in figures/:
         # a notebook the params file does not list runs at its quick defaults, so its figures go
         # to build/figures-quick/ too
+        # and only the shipped parameters (make reproduce) write the shipped figures: another
+        # params file's figures go beside its executed notebooks, in <out>/figures
+        shipped = params_file is not None and Path(params_file).resolve() == FULL_PARAMS.resolve()
+        full_dir = REPO_ROOT / "figures" if shipped else Path(out_dir).resolve() / "figures"
+
         def figures_for(stem: str) -> str:
             full = params_file is not None and stem in params
-            return str(REPO_ROOT / ("figures" if full else "build/figures-quick"))
+            return str(full_dir if full else REPO_ROOT / "build/figures-quick")
 
         os.environ["_BTB_FIGURES_AUTO"] = "1"   # the notebooks' own processes decide the same way
         if not quiet:
@@ -212,8 +218,10 @@ def run_all(params_file: Path | None, out_dir: Path, only: list[str] | None = No
                 if params_file is not None and nb.stem not in params:
                     print(f"[btb] {nb.stem} is not in {params_file}: quick defaults, figures go to "
                           "build/figures-quick/", flush=True)
-            print(f"[btb] {'quick' if params_file is None else 'full-size'} parameters: figures go "
-                  f"to {'build/figures-quick' if params_file is None else 'figures'}/", flush=True)
+            where = "build/figures-quick" if params_file is None else (
+                "figures" if shipped else str(full_dir))
+            print(f"[btb] {'quick' if params_file is None else 'full-size' if shipped else params_file} "
+                  f"parameters: figures go to {where}/", flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     from .replay_cache import ENV as CACHE_ENV
 

@@ -47,6 +47,23 @@ def test_replay_writes_table_and_refuses_overwrite(small_trace, tmp_path, capsys
     assert out.read_bytes() == before
 
 
+def test_replay_trace_refuses_out_before_replaying(small_trace, tmp_path, capsys, monkeypatch):
+    """An --out that cannot be written is refused before the replay spends its time, not after."""
+    import btb_core.sim as sim
+
+    def no_replay(*a, **k):
+        raise AssertionError("the replay ran before --out was checked")
+
+    monkeypatch.setattr(sim, "simulate", no_replay)
+    existing = tmp_path / "taken.parquet"
+    existing.write_bytes(b"user data")
+    for out in (existing, tmp_path):
+        args = ["replay", "--trace", str(small_trace), "--policy", "btb", "--out", str(out)]
+        assert main(args) == 2
+        assert str(out) in capsys.readouterr().err
+    assert existing.read_bytes() == b"user data"
+
+
 def test_replay_router_param_errors_are_one_line(small_trace, capsys):
     assert main(["replay", "--trace", str(small_trace), "--policy", "cache_aware",
                  "--router-param", "cache_threshold=abc"]) == 2

@@ -136,6 +136,7 @@ def test_cli_events(tmp_path, capsys):
     assert main(["replay", "--trace", str(path), "--events", str(ev)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no such replica at that time (replicas 0..3)" in err
+    assert str(ev) in err   # the file is named
 
 
 def test_production_drivers():

@@ -105,8 +105,9 @@ def test_full_params_file_passes_the_check_and_only_must_match(tmp_path, capsys)
 
 
 def test_notebooks_not_in_the_params_file_write_quick_figures(tmp_path, monkeypatch):
-    # a partial parameters file: the listed notebook's figures go to figures/, the others run at
-    # quick defaults and must not overwrite the shipped full-size figures
+    # a partial parameters file of the user's: the listed notebook's figures go beside its
+    # executed notebooks (<out>/figures), the others run at quick defaults; neither may overwrite
+    # the shipped full-size figures, which only the shipped parameters write
     import btb_core.notebooks as runner
     from btb_core.paths import REPO_ROOT
 
@@ -122,6 +123,9 @@ def test_notebooks_not_in_the_params_file_write_quick_figures(tmp_path, monkeypa
     f = tmp_path / "p.yaml"
     f.write_text("00_prefill_vs_transfer: {curve_points: 10}\n")
     assert runner.run_all(f, tmp_path / "out", only=["00", "01"]) == 0
-    assert seen == {"00_prefill_vs_transfer": str(REPO_ROOT / "figures"),
+    assert seen == {"00_prefill_vs_transfer": str((tmp_path / "out" / "figures").resolve()),
                     "01_trace_audit": str(REPO_ROOT / "build" / "figures-quick")}
     assert "BTB_FIGURES_DIR" not in os.environ and "_BTB_FIGURES_AUTO" not in os.environ
+    seen.clear()
+    assert runner.run_all(FULL_PARAMS, tmp_path / "out", only=["00"]) == 0   # make reproduce
+    assert seen == {"00_prefill_vs_transfer": str(REPO_ROOT / "figures")}

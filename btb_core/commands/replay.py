@@ -247,6 +247,8 @@ def run(args) -> int:
     from ..sim import ClusterConfig, simulate
     from ..trace import load_trace
 
+    if args.out is not None:
+        _check_out(args.out, args.overwrite)     # before the replay, not after it
     trace = load_trace(args.trace)
     trace.require_prefix_info("replay (prefix caching and routing)")
     if getattr(trace, "group_column", None):
@@ -263,7 +265,11 @@ def run(args) -> int:
     if args.events is not None:
         from ..sim import check_events, load_events
 
-        events = check_events(load_events(args.events), args.replicas)
+        loaded = load_events(args.events)
+        try:
+            events = check_events(loaded, args.replicas)
+        except ConfigError as exc:     # name the file, as load_events' own errors do
+            raise ConfigError(f"{args.events}: {exc} (events counted in time order)") from None
     plan = _session_plan(trace, args.json) if args.closed_loop else None
     result = simulate(plan.trace if plan is not None else trace, router, cluster, seed=args.seed,
                       progress=progress, kv_event_lag_s=args.kv_event_lag_s,

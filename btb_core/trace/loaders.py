@@ -107,7 +107,8 @@ def load_mooncake(path: str | Path, *, block_tokens: int | None = None, strict: 
     return make_trace(ts_arr, [r["input_length"] for r in records],
                       [r["output_length"] for r in records], [r["hash_ids"] for r in records],
                       block_tokens=block_tokens or MOONCAKE_BLOCK_TOKENS, name=name or _label(path.stem),
-                      strict=strict, origin=str(path), line_numbers=lines, **extras)
+                      strict=strict, origin=str(path), line_numbers=lines,
+                      time_field=("timestamp", 1000.0), **extras)
 
 
 _ART_FIELDS = ("timestamp_ms", "input_length", "output_length", "hash_ids")

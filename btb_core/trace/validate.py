@@ -193,6 +193,7 @@ def make_trace(arrival_s: Any, input_length: Any, output_length: Any, hash_ids: 
                origin: str | None = None, line_numbers: Sequence[int] | None = None,
                check_block_count: bool = True, group_column: str | None = None,
                interned: tuple[np.ndarray, np.ndarray] | None = None, row_unit: str = "line",
+               time_field: tuple[str, float] = ("arrival_s", 1.0),
                **optional_columns: Any) -> Trace:
     """Build a validated :class:`Trace` from per-row sequences.
 
@@ -228,6 +229,9 @@ def make_trace(arrival_s: Any, input_length: Any, output_length: Any, hash_ids: 
         the rows must then be sorted (a dataset window streamed by :mod:`btb_core.trace.stream`).
     row_unit : str
         Word for ``line_numbers`` in messages (``"line"``; ``"row"`` for 0-based table rows).
+    time_field : (str, float)
+        How the source names the arrival time and its units per second, for messages (default
+        ``("arrival_s", 1.0)``; the Mooncake JSONL loader: ``("timestamp", 1000.0)``, ms).
     **optional_columns : sequence, shape (n,)
         ``session_id``, ``group_id``, ``source``, ``trace_id``, ``split``, ``metadata`` (or any
         extra column), kept as given.
@@ -305,8 +309,9 @@ def make_trace(arrival_s: Any, input_length: Any, output_length: Any, hash_ids: 
     order = None
     if len(unsorted):
         i = int(unsorted[0]) + 1
-        msg = (f"{where(i)}: field 'arrival_s' = {_show(t[i])} is earlier than the previous row's "
-               f"{_show(t[i - 1])}: arrivals are not sorted")
+        field, per_s = time_field     # as the source file has it (name, its units per second)
+        msg = (f"{where(i)}: field {field!r} = {_show(t[i] * per_s)} is earlier than the previous "
+               f"row's {_show(t[i - 1] * per_s)}: arrivals are not sorted")
         if strict:
             raise TraceError(msg)
         warnings.warn(msg + f"; sorted {n} rows by arrival (stable)", TraceWarning, stacklevel=2)
