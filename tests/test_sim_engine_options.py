@@ -589,3 +589,20 @@ def test_engine_validation_module_is_not_shadowed():
 
     assert callable(btb_core.engine.validate) and btb_core.engine.validate is val.validate
     assert btb_core.engine.validation is val and hasattr(val, "rescore")
+
+
+def test_host_steal_reads_the_steal_column(tmp_path):
+    """``/proc/stat``'s ``cpu`` line: user nice system idle iowait irq softirq steal ...; steal
+    (8th number) in clock ticks."""
+    import os
+
+    from btb_core.engine.validation import host_steal_s
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  3934113 8276 550180 4730866 28391 0 7307 7472 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+    assert host_steal_s(str(stat)) == 7472 / os.sysconf("SC_CLK_TCK")
+    stat.write_text("intr 1 2 3\n")
+    assert host_steal_s(str(stat)) is None
+    assert host_steal_s(str(tmp_path / "missing")) is None
+    here = host_steal_s()
+    assert here is None or here >= 0

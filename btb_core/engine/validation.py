@@ -181,7 +181,7 @@ def pool_runs(frames, summaries) -> dict:
     ``ttft_mean_real_cv``, the coefficient of variation (sample standard deviation over mean) of
     the per-repeat real mean TTFT: the real engine's own run-to-run noise on this machine, below
     which no simulator error is meaningful (NaN with one repeat). ``sim_policy_*`` figures are
-    averaged over repeats and ``replay_wall_s`` summed.
+    averaged over repeats, ``replay_wall_s`` and ``host_steal_s`` summed.
     """
     out = summarise(pd.concat(list(frames), ignore_index=True))
     means = np.array([s["ttft_mean_real_s"] for s in summaries], dtype=float)
@@ -191,9 +191,30 @@ def pool_runs(frames, summaries) -> dict:
     for key in ("sim_policy_ttft_mean_s", "sim_policy_same_replica_fraction"):
         if all(key in s for s in summaries):
             out[key] = float(np.mean([s[key] for s in summaries]))
-    if all("replay_wall_s" in s for s in summaries):
-        out["replay_wall_s"] = float(sum(s["replay_wall_s"] for s in summaries))
+    for key in ("replay_wall_s", "host_steal_s"):
+        if all(key in s for s in summaries):
+            out[key] = float(sum(s[key] for s in summaries))
     return out
+
+
+def host_steal_s(stat_path: str = "/proc/stat") -> float | None:
+    """CPU seconds the hypervisor has taken from this virtual machine's CPUs since boot (the
+    ``steal`` column of the ``cpu`` line of ``/proc/stat``, in clock ticks of
+    ``os.sysconf("SC_CLK_TCK")``; Linux ``proc(5)``), or None where there is no such file.
+
+    :func:`validate` records it before and after each recorded replay (``host_steal_s`` per run,
+    summed over a policy's runs): a replay slowed by the host, not by the engine, shows it.
+    """
+    import os
+
+    try:
+        with open(stat_path) as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
 
 
 #: The speed probe's requests (:func:`speed_probe`): a cold prompt of one full step, and 64 new
@@ -510,9 +531,9 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
                     if speed_correction:
                         before = speed_probe(ports, fitted, salt=700_000 + 10 * salt)
                     cluster.reset_prefix_caches()
-                    t0 = time.perf_counter()
+                    t0, steal0 = time.perf_counter(), host_steal_s()
                     real = replay(trace, make_router(policy), ports, salt=salt, seed=seed)
-                    wall = time.perf_counter() - t0
+                    wall, steal1 = time.perf_counter() - t0, host_steal_s()
                     if speed_correction:
                         after = speed_probe(ports, fitted, salt=700_000 + 10 * salt + 5)
                         factor = 0.5 * (before + after)
@@ -521,13 +542,16 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
                     df, summary = score_run(real, trace, fitted, n, policy, seed, factor)
                     df.insert(2, "repeat", rep)
                     summary["replay_wall_s"] = wall
+                    summary["host_steal_s"] = (steal1 - steal0 if steal0 is not None
+                                               and steal1 is not None else float("nan"))
                     runs[policy].append(df)
                     sums[policy].append(summary)
                     tag = f" run {rep + 1}/{replay_repeats}" if replay_repeats > 1 else ""
                     say(f"{n} server(s) {policy:12s}{tag}: cached match "
                         f"{summary['cached_tokens_match_fraction']:.3f}, TTFT mean real "
                         f"{summary['ttft_mean_real_s']:.3f} s sim {summary['ttft_mean_sim_s']:.3f} s, "
-                        f"p90 err {summary['ttft_p90_rel_error']:.3f}")
+                        f"p90 err {summary['ttft_p90_rel_error']:.3f}, host steal "
+                        f"{summary['host_steal_s']:.2f} s")
             for policy in policies:
                 frames.extend(runs[policy])
                 rows.append({"num_replicas": n, "policy": policy,
@@ -551,6 +575,6 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
 __all__ = ["DEFAULT_POLICIES", "DEFAULT_TRACE", "DRIFT_CACHED_POINTS", "DRIFT_COLD_LENGTHS",
            "SHIPPED_RESULT", "FixedAssignment", "GOALS", "ValidationResult",
            "compare", "engine_blocks", "engine_cluster_config", "load_result", "load_validation_trace",
-           "measure_drift", "pool_runs", "save_result", "speed_probe", "PROBE_COLD_LENGTHS",
+           "host_steal_s", "measure_drift", "pool_runs", "save_result", "speed_probe", "PROBE_COLD_LENGTHS",
            "PROBE_CACHED_POINTS",
            "head", "rescore", "score_run", "summarise", "validate"]
