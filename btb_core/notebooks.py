@@ -200,11 +200,10 @@ def run_all(params_file: Path | None, out_dir: Path, only: list[str] | None = No
     saved_env = {k: os.environ.get(k) for k in ("BTB_FIGURES_DIR", "_BTB_FIGURES_AUTO")}
     figures_for = None
     if "BTB_FIGURES_DIR" not in os.environ or os.environ.get("_BTB_FIGURES_AUTO") == "1":
-        # quick-parameter runs must never overwrite the full-size figures shipped in figures/:
+        # only the shipped parameters (make reproduce) write the full-size figures shipped in
+        # figures/: another params file's go beside its executed notebooks, in <out>/figures, and
         # a notebook the params file does not list runs at its quick defaults, so its figures go
-        # to build/figures-quick/ too
-        # and only the shipped parameters (make reproduce) write the shipped figures: another
-        # params file's figures go beside its executed notebooks, in <out>/figures
+        # to build/figures-quick/
         shipped = params_file is not None and Path(params_file).resolve() == FULL_PARAMS.resolve()
         full_dir = REPO_ROOT / "figures" if shipped else Path(out_dir).resolve() / "figures"
 

@@ -336,3 +336,15 @@ def test_binary_file_is_a_one_line_error(tmp_path):
     with pytest.raises(TraceError, match=r"binary.jsonl, line 1: not UTF-8 text \(byte 0xff at column 1\)"):
         load_trace(path)
     assert main(["audit", str(path)]) == 2
+
+
+def test_unsorted_art_rows_name_the_files_own_time_field(tmp_path):
+    """ART's arrival field is ``timestamp_ms``: an unsorted row is reported in it, in ms."""
+    import pandas as pd
+
+    df = pd.read_parquet(FIXTURES / "art_small.parquet")
+    df.loc[2, "timestamp_ms"] = 500
+    df.to_parquet(tmp_path / "u.parquet")
+    with pytest.warns(TraceWarning, match=r"field 'timestamp_ms' = 500(\.0)? is earlier than the "
+                                          r"previous row's 2000(\.0)?"):
+        load_art(tmp_path / "u.parquet")

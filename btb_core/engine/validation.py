@@ -31,6 +31,7 @@ reports how far the machine's speed moved from the calibration (``info["calibrat
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,8 +206,6 @@ def host_steal_s(stat_path: str = "/proc/stat") -> float | None:
     :func:`validate` records it before and after each recorded replay (``host_steal_s`` per run,
     summed over a policy's runs): a replay slowed by the host, not by the engine, shows it.
     """
-    import os
-
     try:
         with open(stat_path) as f:
             fields = f.readline().split()

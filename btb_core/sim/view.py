@@ -37,22 +37,6 @@ def scan_cached_blocks(view, hash_ids, tiers=ALL_TIERS) -> dict[int, int]:
     return out
 
 
-class _Caches:
-    """The replicas' caches indexed by replica, each looked up when asked (a query that may need
-    a few of them does not build a list of all)."""
-
-    __slots__ = ("_replicas",)
-
-    def __init__(self, replicas) -> None:
-        self._replicas = replicas
-
-    def __getitem__(self, replica: int):
-        return self._replicas[replica].cache
-
-    def __len__(self) -> int:
-        return len(self._replicas)
-
-
 class ClusterView:
     """What a router may read from, and do to, the simulated cluster.
 
@@ -79,7 +63,7 @@ class ClusterView:
     """
 
     __slots__ = ("_sim", "num_replicas", "block_tokens", "chunk_tokens", "rng", "cost", "scheduler",
-                 "_replicas", "_caches", "_cache_list", "_queue_lengths", "_capacity_blocks",
+                 "_replicas", "_caches", "_queue_lengths", "_capacity_blocks",
                  "_last_ids", "_last_pieces", "_pieces_cache")
 
     def __init__(self, sim) -> None:
@@ -91,8 +75,9 @@ class ClusterView:
         self.cost = sim.cost
         self.scheduler = sim.cluster.scheduler
         self._replicas = sim.replicas
-        self._caches = _Caches(sim.replicas)
-        self._cache_list = [rep.cache for rep in sim.replicas]   # every replica exists from the start
+        # the replicas' caches indexed by replica (every replica, added ones included, exists
+        # from the start and keeps its cache object)
+        self._caches = [rep.cache for rep in sim.replicas]
         self._queue_lengths = sim.queue_lengths                  # kept by the simulator
         self._capacity_blocks = sim.capacity_blocks
         self._last_ids = None         # identity fast path: the last sequence looked up ...
@@ -136,12 +121,12 @@ class ClusterView:
         """:meth:`kv_usage` of every replica, a list indexed by replica (one call, not one per
         replica)."""
         cap = self._capacity_blocks
-        return [c.used_slots / cap for c in self._cache_list]
+        return [c.used_slots / cap for c in self._caches]
 
     def kv_usage_max(self) -> float:
         """``max(kv_usage_all())`` without building the list of fractions (the largest count of
         blocks in use over the budget: the same float, division being monotone)."""
-        return max([c.used_slots for c in self._cache_list]) / self._capacity_blocks
+        return max([c.used_slots for c in self._caches]) / self._capacity_blocks
 
     def active_blocks(self, replica: int) -> int:
         """KV blocks (of ``block_tokens`` tokens) held in HBM by requests running on ``replica``;

@@ -132,7 +132,8 @@ def _art_from_frame(df: pd.DataFrame, *, origin: str, name: str, block_tokens: i
             extras[col] = df[col].to_numpy()
     return make_trace(t, df["input_length"].to_numpy(), df["output_length"].to_numpy(),
                       list(df["hash_ids"]), block_tokens=block_tokens, name=name, strict=strict,
-                      origin=origin, line_numbers=line_numbers, **extras)
+                      origin=origin, line_numbers=line_numbers,
+                      time_field=("timestamp_ms", 1000.0), **extras)
 
 
 def load_art(path_or_id: str | Path, *, block_tokens: int | None = None, strict: bool = False,
