@@ -28,6 +28,7 @@ from .lag import LaggedView, LoggedKVCache
 from .metrics import RequestColumns, SimResult, build_result
 from .replica import DecodeModel, Job, Replica
 from .request import Request
+from .rng import router_rng
 from .schedulers import SCHEDULERS
 from .view import ClusterView
 from .priorities import (ARRIVAL as _ARRIVAL, CLUSTER as _CLUSTER, KICK as _KICK, OP as _OP,
@@ -142,7 +143,7 @@ class Simulator:
             self.routable_replicas = tuple(range(cluster.num_replicas))
         self.retries = 0
         self.event_log = []
-        self.rng = np.random.default_rng(seed)
+        self.rng = router_rng(np.random.default_rng(seed))   # numpy's draws, cheaper (sim/rng.py)
         self.seed = seed
         self.chunk_tokens = cluster.chunk_tokens
         self.progress = progress
@@ -1157,7 +1158,8 @@ def simulate(trace, router, cluster, seed: int = 0, progress: bool | None = None
         A fresh or reusable router; :meth:`Router.reset` is called first.
     cluster : ClusterConfig
     seed : int
-        Seeds the ``numpy.random.Generator`` given to the router (``view.rng``). Same trace,
+        Seeds the ``numpy.random.Generator`` given to the router (``view.rng``, wrapped in
+        :class:`~btb_core.sim.rng.RouterRng`: the same draws, cheaper). Same trace,
         router parameters, cluster and seed give an identical result.
     progress : bool or None
         Show a tqdm progress bar; default: only for long runs on a terminal.

@@ -54,8 +54,10 @@ class ClusterView:
     chunk_tokens : int
         The replicas' per-iteration token budget (``ClusterConfig.chunk_tokens``; engines publish
         it as their chunked-prefill size).
-    rng : numpy.random.Generator
-        The run's random generator (seeded by ``simulate(..., seed=)``); routers draw from it only.
+    rng : btb_core.sim.rng.RouterRng
+        The run's random generator (seeded by ``simulate(..., seed=)``): a PCG64
+        ``numpy.random.Generator`` whose scalar ``integers(n)`` and ``random()`` return numpy's
+        numbers as Python scalars, cheaper (:mod:`btb_core.sim.rng`); routers draw from it only.
     cost : btb_core.cost.CostModel
         The replicas' cost model (a deployed router would use a profiled model of the same engine).
     scheduler : str
