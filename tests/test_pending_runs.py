@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from btb_core.routers.holder_sets import RunBook
-from btb_core.routers.pending_runs import request_runs, runs_of_ids, truncate_runs
+from btb_core.routers.id_runs import request_runs, runs_of_ids, truncate_runs
 from btb_core.sim.request import Request
 
 from test_router_incremental import chain, interned

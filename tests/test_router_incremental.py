@@ -301,7 +301,7 @@ def test_run_book_equals_a_refcount_per_id(ops, queries, cut):
     import numpy as np
 
     from btb_core.routers.holder_sets import RunBook, leading_pieces
-    from btb_core.routers.pending_runs import runs_of_ids
+    from btb_core.routers.id_runs import runs_of_ids
     from btb_core.sim.blocks import BlockIndex
 
     paths = interned([chain(p) for _, _, p in ops] + [chain(q) for q in queries])
@@ -374,7 +374,7 @@ def test_llm_d_remember_by_pieces_equals_block_by_block(ops, capacity, fail_ever
     same evictions, as accessing it id by id; the per-run leading parts are exactly the ids each
     LRU holds contiguously from each run's start, and the matches from them equal the per-id
     running AND."""
-    from btb_core.routers.pending_runs import runs_of_ids
+    from btb_core.routers.id_runs import runs_of_ids
     from btb_core.routers.llm_d import LlmDRouter
 
     paths = interned([chain(p) for _, p in ops])

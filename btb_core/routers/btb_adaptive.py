@@ -67,7 +67,7 @@ from ..errors import ConfigError
 from .base import Router, cached_blocks_all, kv_usage_all, kv_usage_max
 from .params import RouterParam, check_range
 from .holder_sets import RunBook
-from .pending_runs import request_runs, truncate_runs
+from .id_runs import request_runs, truncate_runs
 
 #: Depth grid: every block up to this depth, then ``_PER_OCTAVE`` depths per doubling.
 _DENSE = 16

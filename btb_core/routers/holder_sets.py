@@ -20,7 +20,7 @@ stretch of equal masks (:func:`set_bit_nested`).
 
 from __future__ import annotations
 
-from .pending_runs import truncate_runs
+from .id_runs import truncate_runs
 
 
 class BookHolders:
@@ -157,7 +157,7 @@ class RunBook:
     A path is given by its pieces ``(starts, lens)``: piece ``k`` is ids ``starts[k] ..
     starts[k] + lens[k] - 1``, a leading part of the run (maximal stretch of consecutive chained
     ids) that starts at ``starts[k]`` (:meth:`btb_core.sim.blocks.BlockIndex.path_pieces`, or
-    :func:`~btb_core.routers.pending_runs.runs_of_ids` of the ids). Chained ids give every id one parent, so any path holding id
+    :func:`~btb_core.routers.id_runs.runs_of_ids` of the ids). Chained ids give every id one parent, so any path holding id
     ``s + j`` of a run holds ``s .. s + j`` as well: a book of whole root paths holds, of every run,
     a leading part, as long as the longest piece booked there. One length per (run, replica) then
     says what the book holds, and a path's match is one walk over its pieces (as

@@ -1,11 +1,10 @@
 """Runs of block ids: a request's ids as a few stretches of consecutive ids, which the routers'
-books (:class:`~btb_core.routers.holder_sets.RunBook`) keep instead of blocks.
+books keep instead of blocks (:class:`~btb_core.routers.holder_sets.RunBook`: ``kv_aware``'s book of
+active blocks, ``btb_adaptive``'s book of pending prefills; ``llm_d``'s index).
 
-``btb_adaptive`` books, per replica, the chained block ids of every request it sent there whose
-prefill has not completed, and asks "how many leading blocks of these ids will a prefill already
-queued on replica ``r`` complete?" for every replica at once. Keeping that book block by block
-(:class:`~btb_core.routers.holder_sets.BookHolders`) costs a dict operation per block of every
-request added and removed (a Bursted-shaped request has ~220 blocks).
+Keeping such a book block by block (:class:`~btb_core.routers.holder_sets.BookHolders`) costs a
+dict operation per block of every request added and removed (a Bursted-shaped request has ~220
+blocks).
 
 A trace's ids are interned in order of first appearance (:mod:`btb_core.trace.runs`), so a
 request's ids are a few *runs*: maximal stretches of consecutive ids ``s, s + 1, ..``. Ids are

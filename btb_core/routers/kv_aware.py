@@ -51,7 +51,7 @@ import numpy as np
 from ..errors import ConfigError
 from .base import Router, cached_block_count_all, cached_blocks_all
 from .holder_sets import RunBook, leading_pieces
-from .pending_runs import runs_of_ids
+from .id_runs import runs_of_ids
 from .cache_aware import parse_tiers
 from .params import RouterParam, check_range
 

@@ -49,7 +49,7 @@ from ..errors import ConfigError
 from .base import Router, cached_blocks_all, kv_usage_all, queue_length_all
 from .cache_aware import parse_tiers
 from .holder_sets import leading_pieces, nested_depths, piece_depths
-from .pending_runs import runs_of_ids
+from .id_runs import runs_of_ids
 from .params import RouterParam, check_range
 
 #: Above this many replicas with a prefix match, :meth:`LlmDRouter.scores` fills the prefix column
