@@ -148,3 +148,12 @@ def test_help_fits_120_columns(name):
         sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
         parser = sub.choices[name]
     assert width(parser.format_help()) <= TABLE_WIDTH
+
+
+def test_ratio_columns_stay_floats_when_every_ratio_is_whole():
+    """``btb suite`` with one policy: every ratio is exactly 1 and prints as ``1.000``, as beside
+    other policies, while a whole-valued count column still prints as an integer."""
+    df = pd.DataFrame({"policy": ["btb"], "copies": [2.0], "mean_ratio": [1.0]})
+    lines = render(df, float_format="%.3f", ratios=("mean_ratio",)).splitlines()
+    assert lines[1].split() == ["btb", "2", "1.000"]
+    assert render(df, float_format="%.3f").splitlines()[1].split() == ["btb", "2", "1"]

@@ -43,5 +43,5 @@ def run(args) -> int:
     if args.wide:
         cols += [c for c in summary.columns if c not in cols and summary[c].dtype != object]
     print(render(summary[cols], wide=args.wide, drop=("copies_unused", "copies"),
-                 float_format="%.3f"))
+                 float_format="%.3f", ratios=("mean_ratio", "p95_ratio")))
     return 0
