@@ -141,13 +141,15 @@ lab: $(LAB_STAMP)
 ## Every policy's replay speed on two traces at 4/16/64 replicas, then the fleet-scale case
 ## (1,000,000 Bursted-shaped rows, 256 replicas, btb; FLEET_ROWS=N for another size)
 ## (benchmarks/bench_policies.py; sizes are its flags: BENCH_ARGS="--windows 30 --mooncake-rows 0"),
-## the test-split replay's peak memory (bench_memory.py), then simulator and audit speed.
+## the test-split replay's peak memory (bench_memory.py), then simulator and audit speed, and the
+## routers' random draws (bench_rng.py).
 FLEET_ROWS ?= 1000000
 bench: install
 	$(BIN)/python benchmarks/bench_policies.py --fleet-rows $(FLEET_ROWS) $(BENCH_ARGS)
 	$(BIN)/python benchmarks/bench_memory.py
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_audit.py
+	$(BIN)/python benchmarks/bench_rng.py
 
 ## Fleet scale only: FLEET_ROWS (default 1,000,000) Bursted-shaped rows on 256 replicas with btb.
 bench-fleet: install
