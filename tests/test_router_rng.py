@@ -115,3 +115,20 @@ def test_replays_route_as_with_a_plain_generator(policy, monkeypatch):
     assert seen == [RouterRng, np.random.Generator]
     assert fast.requests.equals(plain.requests)
     assert fast.requests["replica"].nunique() > 1
+
+
+def test_copies_and_pickles_continue_the_same_sequence():
+    """A deep copy or a pickle taken mid-block (a router kept for later, a worker's result) draws
+    what the original would have drawn next."""
+    import copy
+    import pickle
+
+    g = RouterRng(np.random.default_rng(5))
+    for _ in range(7):
+        g.integers(9)
+    g.random()
+    restored, copied = pickle.loads(pickle.dumps(g)), copy.deepcopy(g)
+    assert restored.generator.bit_generator is restored._bg
+    ahead = [g.integers(9) for _ in range(2000)]
+    assert [restored.integers(9) for _ in range(2000)] == ahead
+    assert [copied.integers(9) for _ in range(2000)] == ahead
