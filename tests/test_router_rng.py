@@ -72,6 +72,9 @@ def test_scalar_draws_are_python_numbers_and_edge_bounds():
         fast.integers(0)                                           # numpy's own error
     with pytest.raises(ValueError):
         plain.integers(0)
+    # array and numpy-integer bounds are numpy's own calls
+    assert fast.integers(np.array([3, 5])).tolist() == plain.integers(np.array([3, 5])).tolist()
+    assert fast.integers(np.int64(9)) == plain.integers(np.int64(9))
     # 2**32 takes one 32-bit draw, the pending high half first
     for _ in range(3):
         assert fast.integers(2 ** 32) == int(plain.integers(2 ** 32))

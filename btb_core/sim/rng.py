@@ -4,8 +4,8 @@ Routers draw one or two scalars per request (``power_of_two``'s two candidates, 
 random by ``least_load``, ``kv_aware``, ``llm_d`` and ``btb_adaptive``, ``kv_aware``'s softmax
 sample). ``numpy.random.Generator.integers(n)`` costs ~1.1 us a call on the benchmark machine
 (argument checks, a lock, a numpy scalar), as much as a whole cache-aware match. :class:`RouterRng`
-returns the **same numbers** from the same generator for ``integers(n)`` and ``random()`` at
-~0.2 us: it takes the generator's raw 64-bit outputs in blocks (``bit_generator.random_raw``) and
+returns the **same numbers** from the same generator for ``integers(n)`` and ``random()``, at
+~0.5 us for ``integers(n)`` (``benchmarks/bench_rng.py``): it takes the generator's raw 64-bit outputs in blocks (``bit_generator.random_raw``) and
 applies numpy's own transforms to them in Python:
 
 - ``random()``: ``(next64 >> 11) * 2**-53`` (``pcg64_next_double``, numpy
@@ -137,7 +137,7 @@ class RouterRng:
                 while m & _MASK32 < threshold:
                     m = self._next32() * low
             return m >> 32
-        if high is None and (low == 1 or low == 0x100000000) and type(low) is int \
+        if high is None and type(low) is int and (low == 1 or low == 0x100000000) \
                 and size is None and dtype is _INT64 and not endpoint:
             return 0 if low == 1 else self._next32()     # numpy draws nothing for one value
         self._sync()
