@@ -328,20 +328,9 @@ def piece_depths(runs: dict, starts, lens) -> dict[int, int]:
     return out
 
 
-def leading_pieces(starts, lens, n: int) -> tuple[list[int], list[int]]:
-    """The pieces of a path's first ``n`` blocks (``n`` at least the path's length: the path)."""
-    out_s: list[int] = []
-    out_l: list[int] = []
-    for s, ln in zip(starts, lens):
-        if n <= 0:
-            break
-        out_s.append(s)
-        if ln >= n:
-            out_l.append(n)
-            break
-        out_l.append(ln)
-        n -= ln
-    return out_s, out_l
+#: The pieces of a path's first ``n`` blocks: :func:`~btb_core.routers.id_runs.truncate_runs`
+#: (pieces and runs are cut the same way).
+leading_pieces = truncate_runs
 
 
 def leading_held(ids, held, limit: int, known: int = 0) -> int:

@@ -78,14 +78,18 @@ def request_runs(request) -> tuple[list[int], list[int]]:
 
 
 def truncate_runs(starts, lens, n: int) -> tuple[list[int], list[int]]:
-    """The runs of the first ``n`` ids of a path given as runs ``(starts, lens)``."""
+    """The runs (or pieces) of the first ``n`` ids of a path given as ``(starts, lens)``; the
+    whole path when ``n`` is at least its length, nothing when ``n <= 0`` (new lists either way)."""
     out_s: list[int] = []
     out_l: list[int] = []
     for s, ln in zip(starts, lens):
         if n <= 0:
             break
         out_s.append(s)
-        out_l.append(ln if ln < n else n)
+        if ln >= n:
+            out_l.append(n)
+            break
+        out_l.append(ln)
         n -= ln
     return out_s, out_l
 
