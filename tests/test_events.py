@@ -185,3 +185,20 @@ def test_btb_adaptive_forgets_the_pending_blocks_of_requests_lost_in_a_failure()
     assert res.metrics["retries"] == 5 and (res.requests["replica"] == 0).all()
     # every request's prefill ended, so nothing is pending anywhere
     assert router._pend.runs == {} and not any(router._pend.pieces) and not any(router._pend.sizes)
+
+
+@pytest.mark.parametrize("policy", ["power_of_two", "least_load", "cache_aware"])
+def test_failed_replica_leaves_the_in_flight_book(policy):
+    """The routers that book their own in-flight requests forget a failed replica's at once (its
+    requests are routed again and booked where they go), and the book matches what is in flight."""
+    seen = []
+
+    class Recorded(policy_class(policy)):
+        def on_replica_removed(self, replica, failed):
+            before = self.load.loads[replica]
+            super().on_replica_removed(replica, failed)
+            seen.append((before, self.load.loads[replica]))
+
+    res = simulate(burst(), Recorded(), cluster(2), events=[ClusterEvent(0.5, "fail", 1)])
+    assert len(seen) == 1 and seen[0][0] > 0 and seen[0][1] == 0
+    assert res.metrics["retries"] > 0

@@ -70,6 +70,19 @@ def kv_usage_max(view) -> float:
     return max(kv_usage_all(view))
 
 
+class IndexSyncLog:
+    """:meth:`Router.enable_index_sync` and :meth:`Router.index_updates` for a router that appends
+    each prefix-index update it makes to ``self._sync_log`` while syncing is on (None while it is
+    off: its ``reset`` sets that). Put it before ``Router`` among the bases."""
+
+    def enable_index_sync(self) -> None:
+        self._sync_log = []
+
+    def index_updates(self) -> list:
+        ops, self._sync_log = self._sync_log or [], ([] if self._sync_log is not None else None)
+        return ops
+
+
 class Router:
     """Base class: subclasses implement :meth:`route`; hooks default to no-ops.
 

@@ -52,8 +52,8 @@ from __future__ import annotations
 import math
 
 from ..errors import ConfigError
-from .base import Router, cached_blocks_all
-from .least_load import SpreadLoad
+from .base import IndexSyncLog, cached_blocks_all
+from .least_load import InFlightRouter, SpreadLoad
 from .params import RouterParam, check_range
 from .prefix_tree import ApproxPrefixIndex, PiecePath, mask_replicas
 
@@ -85,7 +85,7 @@ def parse_tiers(text: str, policy: str, field: str) -> tuple[str, ...]:
     return tiers
 
 
-class CacheAwareRouter(Router):
+class CacheAwareRouter(IndexSyncLog, InFlightRouter):
     """SGLang Model Gateway ``cache_aware`` policy (see the module docstring for the rule).
 
     Parameters
@@ -350,24 +350,14 @@ class CacheAwareRouter(Router):
         self.record(request, replica)
         return replica
 
-    def on_request_finished(self, request, replica: int) -> None:
-        self.load.finish(request)
-
     def on_replica_removed(self, replica: int, failed: bool) -> None:
         """A failed replica's tree and in-flight count are dropped (its requests are routed
         again); a draining one keeps them until its requests finish."""
+        super().on_replica_removed(replica, failed)
         if failed:
-            self.load.drop_replica(replica)
             self.tree.evict_to(replica, 0)
 
-    # -- index exchange between instances (SGLang's mesh tree sync) -----------------------------
-    def enable_index_sync(self) -> None:
-        self._sync_log = []
-
-    def index_updates(self) -> list:
-        ops, self._sync_log = self._sync_log or [], ([] if self._sync_log is not None else None)
-        return ops
-
+    # -- index exchange between instances (SGLang's mesh tree sync; IndexSyncLog records) --------
     def apply_index_updates(self, updates: list) -> None:
         """Insert other instances' routed prompts into this tree (stamped now); loads untouched."""
         now = self.view.now_s

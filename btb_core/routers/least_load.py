@@ -145,7 +145,19 @@ class SpreadLoad(InFlightLoad):
         return min(candidates, key=self.loads.__getitem__)
 
 
-class LeastLoadRouter(Router):
+class InFlightRouter(Router):
+    """A router that books the requests it dispatched in ``self.load`` (an :class:`InFlightLoad`
+    its ``reset`` creates): a finished request leaves the book, a failed replica's requests too."""
+
+    def on_request_finished(self, request, replica: int) -> None:
+        self.load.finish(request)
+
+    def on_replica_removed(self, replica: int, failed: bool) -> None:
+        if failed:
+            self.load.drop_replica(replica)
+
+
+class LeastLoadRouter(InFlightRouter):
     """Send each request to the replica with the fewest in-flight requests this router dispatched.
 
     Parameters
@@ -198,12 +210,5 @@ class LeastLoadRouter(Router):
         self.load.add(request, replica)
         return replica
 
-    def on_request_finished(self, request, replica: int) -> None:
-        self.load.finish(request)
 
-    def on_replica_removed(self, replica: int, failed: bool) -> None:
-        if failed:
-            self.load.drop_replica(replica)
-
-
-__all__ = ["InFlightLoad", "LeastLoadRouter", "SpreadLoad"]
+__all__ = ["InFlightLoad", "InFlightRouter", "LeastLoadRouter", "SpreadLoad"]

@@ -46,7 +46,7 @@ from operator import and_
 import numpy as np
 
 from ..errors import ConfigError
-from .base import Router, cached_blocks_all, kv_usage_all, queue_length_all
+from .base import IndexSyncLog, Router, cached_blocks_all, kv_usage_all, queue_length_all
 from .cache_aware import parse_tiers
 from .holder_sets import leading_pieces, nested_depths, piece_depths
 from .id_runs import runs_of_ids
@@ -58,7 +58,7 @@ from .params import RouterParam, check_range
 _FEW_MATCHES = 24
 
 
-class LlmDRouter(Router):
+class LlmDRouter(IndexSyncLog, Router):
     """Weighted prefix / queue / KV-utilisation scoring (see the module docstring).
 
     Parameters
@@ -410,13 +410,6 @@ class LlmDRouter(Router):
             self._lru_holders[block] = m
         else:
             del self._lru_holders[block]
-
-    def enable_index_sync(self) -> None:
-        self._sync_log = []
-
-    def index_updates(self) -> list:
-        ops, self._sync_log = self._sync_log or [], ([] if self._sync_log is not None else None)
-        return ops
 
     def apply_index_updates(self, updates: list) -> None:
         for replica, blocks in updates:

@@ -20,12 +20,11 @@ loads instead of live ones.
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import Router
-from .least_load import InFlightLoad
+from .least_load import InFlightLoad, InFlightRouter
 from .params import RouterParam
 
 
-class PowerOfTwoRouter(Router):
+class PowerOfTwoRouter(InFlightRouter):
     """Pick two distinct replicas with ``view.rng`` and route to the one with the lower load.
 
     Parameters
@@ -82,10 +81,3 @@ class PowerOfTwoRouter(Router):
             replica = i if li <= lj else j
         self.load.add(request, replica)
         return replica
-
-    def on_request_finished(self, request, replica: int) -> None:
-        self.load.finish(request)
-
-    def on_replica_removed(self, replica: int, failed: bool) -> None:
-        if failed:
-            self.load.drop_replica(replica)
