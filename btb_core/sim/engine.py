@@ -1158,7 +1158,7 @@ def simulate(trace, router, cluster, seed: int = 0, progress: bool | None = None
         A fresh or reusable router; :meth:`Router.reset` is called first.
     cluster : ClusterConfig
     seed : int
-        Seeds the ``numpy.random.Generator`` given to the router (``view.rng``, wrapped in
+        Seeds the ``numpy.random.Generator`` given to the router (``view.rng``, a
         :class:`~btb_core.sim.rng.RouterRng`: the same draws, cheaper). Same trace,
         router parameters, cluster and seed give an identical result.
     progress : bool or None

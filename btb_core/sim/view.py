@@ -56,8 +56,9 @@ class ClusterView:
         it as their chunked-prefill size).
     rng : btb_core.sim.rng.RouterRng
         The run's random generator (seeded by ``simulate(..., seed=)``): a PCG64
-        ``numpy.random.Generator`` whose scalar ``integers(n)`` and ``random()`` return numpy's
-        numbers as Python scalars, cheaper (:mod:`btb_core.sim.rng`); routers draw from it only.
+        ``numpy.random.Generator`` whose scalar ``integers(n)`` and ``random()`` are computed in
+        Python, the same numbers at about half the cost (:mod:`btb_core.sim.rng`); routers draw
+        from it only.
     cost : btb_core.cost.CostModel
         The replicas' cost model (a deployed router would use a profiled model of the same engine).
     scheduler : str
