@@ -154,6 +154,6 @@ def test_ratio_columns_stay_floats_when_every_ratio_is_whole():
     """``btb suite`` with one policy: every ratio is exactly 1 and prints as ``1.000``, as beside
     other policies, while a whole-valued count column still prints as an integer."""
     df = pd.DataFrame({"policy": ["btb"], "copies": [2.0], "mean_ratio": [1.0]})
-    lines = render(df, float_format="%.3f", ratios=("mean_ratio",)).splitlines()
+    lines = render(df, float_format="%.3f", floats=("mean_ratio",)).splitlines()
     assert lines[1].split() == ["btb", "2", "1.000"]
     assert render(df, float_format="%.3f").splitlines()[1].split() == ["btb", "2", "1"]

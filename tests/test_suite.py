@@ -80,8 +80,14 @@ def test_run_suite_small_and_cli(capsys):
                  "--scale", "0.2", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {r["policy"] for r in rows} == {"least_load", "cache_aware"}
-    assert main(["suite", "--policies", "least_load", "--shapes", "p16k", "--scale", "0.2"]) == 0
-    assert "mean_ratio" in capsys.readouterr().out
+    assert main(["suite", "--policies", "least_load", "--shapes", "p16k", "--scale", "0.2",
+                 "--wide"]) == 0
+    head, row = capsys.readouterr().out.splitlines()[:2]
+    # one policy: every ratio is exactly 1 and no copy moved a byte; measured figures print as
+    # 1.000 and 0.000, not "1" and "0" (the columns before the empty "vs best other" ones)
+    cells = dict(zip(head.split(), row.split()))
+    assert cells["mean_ratio"] == cells["p95_ratio"] == "1.000" and cells["rdma_gb"] == "0.000"
+    assert cells["requests"].isdigit()
     assert main(["suite", "--policies", "nope"]) == 2
     assert "unknown policy" in capsys.readouterr().err
 

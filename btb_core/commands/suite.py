@@ -42,6 +42,7 @@ def run(args) -> int:
             "mean_ratio", "p95_ratio"]
     if args.wide:
         cols += [c for c in summary.columns if c not in cols and summary[c].dtype != object]
+    floats = tuple(c for c in cols if summary[c].dtype.kind == "f")   # measured: never "1"
     print(render(summary[cols], wide=args.wide, drop=("copies_unused", "copies"),
-                 float_format="%.3f", ratios=("mean_ratio", "p95_ratio")))
+                 float_format="%.3f", floats=floats))
     return 0

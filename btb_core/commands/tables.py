@@ -26,16 +26,16 @@ def width(text: str) -> int:
     return max((len(line) for line in text.splitlines()), default=0)
 
 
-def _integers(df, ratios=()):
+def _integers(df, floats=()):
     """Float columns holding only whole numbers (counts, parameters stored as float because some
     rows lack them) as integers, so they print as ``2``, not ``2.000``; missing values print empty.
-    The columns named in ``ratios`` stay floats (a ratio of exactly 1 prints as ``1.000``)."""
+    The columns named in ``floats`` stay floats (a ratio of exactly 1 prints as ``1.000``)."""
     import pandas as pd
 
     out = df.copy()
     for col in out.columns:
         s = out[col]
-        if pd.api.types.is_float_dtype(s) and col not in ratios:
+        if pd.api.types.is_float_dtype(s) and col not in floats:
             finite = s.dropna()
             if len(finite) and (finite == finite.round()).all() and finite.abs().max() < 2**53:
                 out[col] = s.astype("Int64")
@@ -46,7 +46,7 @@ def _integers(df, ratios=()):
 
 def render(df, *, wide: bool = False, drop: tuple[str, ...] = (), constant: tuple[str, ...] = (),
            group: tuple[str, ...] = (), float_format=None, max_width: int = TABLE_WIDTH,
-           index: bool = False, ratios: tuple[str, ...] = ()) -> str:
+           index: bool = False, floats: tuple[str, ...] = ()) -> str:
     """``df`` as text, fitted to ``max_width`` characters unless ``wide``.
 
     Parameters
@@ -71,9 +71,9 @@ def render(df, *, wide: bool = False, drop: tuple[str, ...] = (), constant: tupl
         Characters per line (default :data:`TABLE_WIDTH`).
     index : bool
         Print the index.
-    ratios : tuple of str
-        Float columns printed as floats even when every value is whole (ratios, where ``1``
-        beside another run's ``1.000`` would read as a different precision).
+    floats : tuple of str
+        Float columns printed as floats even when every value is whole (measured quantities and
+        ratios, where ``1`` beside another run's ``1.000`` would read as a different precision).
 
     Returns
     -------
@@ -81,7 +81,7 @@ def render(df, *, wide: bool = False, drop: tuple[str, ...] = (), constant: tupl
         The table; without ``wide`` no line is longer than ``max_width`` unless the columns that
         may not be hidden are wider by themselves.
     """
-    df = _integers(df, ratios)
+    df = _integers(df, floats)
     if wide:
         return df.to_string(index=index, float_format=float_format, na_rep="")
     head = []
