@@ -1,11 +1,14 @@
-"""What the engine benchmarks record about the machine they ran on, and the warm server they
-share (imported by the scripts in this folder, which run with it on ``sys.path``)."""
+"""What the benchmarks record about the machine they ran on, how they write their JSON, and the
+warm server the engine benchmarks share (imported by the scripts in this folder, which run with it
+on ``sys.path``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 from contextlib import contextmanager
+from pathlib import Path
 
 
 def load_average() -> list[float]:
@@ -18,6 +21,16 @@ def machine_start() -> dict:
     ``load_average_end`` (:func:`load_average`) when its measurements are done."""
     return {"cpus": os.cpu_count(), "python": platform.python_version(),
             "platform": platform.platform(), "load_average_start": load_average()}
+
+
+def write_json(path, payload, indent: int = 2) -> Path:
+    """Write ``payload`` as JSON to ``path`` through a temporary file and a rename (a run
+    interrupted mid-write leaves the previous results whole); returns the path."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=indent) + "\n")
+    os.replace(tmp, path)
+    return path
 
 
 @contextmanager

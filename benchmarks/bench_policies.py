@@ -52,10 +52,7 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import multiprocessing as mp
-import os
-import platform
 import resource
 import statistics
 import sys
@@ -64,6 +61,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+
+from _machine import load_average, machine_start, write_json  # noqa: E402  (benchmarks/ helpers)
 
 #: Rows of the fleet-scale case in issue 14's goal (< 60 s on one core, < 2 GB peak RSS).
 FLEET_GOAL_ROWS = 1_000_000
@@ -212,16 +211,8 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def _machine() -> dict:
-    return {"cpus": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform(), "load_average_start": [round(x, 2) for x in os.getloadavg()]}
-
-
 def _write(path: Path, payload: dict) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(payload, indent=2))
-    os.replace(tmp, path)
-    print(f"written {path}")
+    print(f"written {write_json(path, payload)}")
 
 
 def _fleet(a) -> dict:
@@ -277,15 +268,13 @@ def _summarise(rows: list[dict], a, machine: dict, final: bool, fleet: dict | No
         r[key] = (round(r["cpu_us_per_request"] / small["cpu_us_per_request"], 3)
                   if small else None)
         r[key + "_rounds"] = _rounds(r, small)
-    machine["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    machine["load_average_end"] = load_average()
     payload = {"machine": machine, "complete": final,
                "args": {k: (_shown(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
                "cases": rows, "fleet": fleet}
     out = a.out or HERE / "results_policies.json"
     if not final:
-        tmp = out.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(payload, indent=2))
-        os.replace(tmp, out)
+        write_json(out, payload)      # partial results, rewritten after every round
         return
     print()
     print(f"{'trace':<22} {'repl':>4} {'policy':<13} {'req/s (CPU)':>11} {'x rr':>6} {'rounds':>11} "
@@ -334,10 +323,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="rows of the fleet-scale case (default 1,000,000, the issue's size; 0 = skip it)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
-    machine = _machine()
+    machine = machine_start()
     if a.fleet:
         row = _fleet(a)
-        machine["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+        machine["load_average_end"] = load_average()
         _write(a.out or HERE / "results_fleet.json", {"machine": machine, "case": row})
         return 0
     rows = []

@@ -14,8 +14,6 @@ Run: ``.venv/bin/python benchmarks/bench_rng.py`` (about 30 s).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -93,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=str(HERE / "results_rng.json"))
     a = ap.parse_args(argv)
-    from _machine import load_average, machine_start
+    from _machine import load_average, machine_start, write_json
     from bench_policies import _trace
 
     machine = machine_start()
@@ -116,11 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     machine["load_average_end"] = load_average()
     payload = {"machine": machine, "args": vars(a), "per_call_us": per_call,
                "integers_saved_us_per_call": round(saved_int, 3), "draws": rows}
-    out = Path(a.out)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=1) + "\n")
-    os.replace(tmp, out)
-    print(f"written {out}")
+    print(f"written {write_json(a.out, payload, indent=1)}")
     return 0
 
 

@@ -168,13 +168,11 @@ class RouterRng(_Generator):
     def _numpy(self, name: str, *args, **kwargs):
         """``Generator.<name>(*args, **kwargs)`` after :meth:`_sync`, fast paths off meanwhile."""
         self._sync()
-        if self._inside:
-            return getattr(_Generator, name)(self, *args, **kwargs)
-        self._inside = True
+        inside, self._inside = self._inside, True
         try:
             return getattr(_Generator, name)(self, *args, **kwargs)
         finally:
-            self._inside = False
+            self._inside = inside
 
     @property
     def bit_generator(self):
