@@ -39,18 +39,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", nargs="+", default=list(DEFAULT_POLICIES), metavar="P",
                    help=f"routing policies (default {' '.join(DEFAULT_POLICIES)})")
     p.add_argument("--repeats", type=int, default=2, metavar="N",
-                   help="calibration repeats per point (default 2)")
-    p.add_argument("--replay-repeats", type=int, default=2, metavar="N",
-                   help="real runs per server count and policy, interleaved across policies and "
-                        "pooled; with N >= 2 the summary gives the engine's own run-to-run noise, "
-                        "ttft_mean_real_cv (default 2: one run of a policy moved by up to 17%% on "
-                        "the 2-core test machine)")
-    p.add_argument("--warmup-replays", type=int, default=1, metavar="N",
+                   help="calibration repeats per point before the replays (default 2)")
+    p.add_argument("--replay-repeats", type=int, default=3, metavar="N",
+                   help="real runs per server count and policy, in rounds (every policy once, "
+                        "then again); the error figures are the median over runs, and with "
+                        "N >= 2 the summary gives the engine's own run-to-run noise, "
+                        "ttft_mean_real_cv (default 3: a whole run was now and then 30-150%% "
+                        "slower than the runs around it on the 2-core test machine)")
+    p.add_argument("--no-recalibrate", action="store_true",
+                   help="calibrate only before the replays (default: one more calibration pass "
+                        "after each round, ~30 s each, and the fit made from all of them)")
+    p.add_argument("--warmup-replays", type=int, default=2, metavar="N",
                    help="unrecorded replays of the trace per server count before the recorded "
-                        "ones: a fresh engine is slower on its first runs (default 1; 0 = none)")
+                        "ones: a fresh engine is slower on its first runs (default 2; 0 = none)")
     p.add_argument("--no-drift-check", action="store_true",
-                   help="skip re-measuring calibration points after the replays (the drift "
-                        "check takes ~15 s)")
+                   help="do not report the speed drift from the first calibration pass to the "
+                        "last (with --no-recalibrate: skip re-measuring calibration points after "
+                        "the replays, ~15 s)")
     p.add_argument("--speed-correction", action="store_true",
                    help="probe the servers' speed just before and after each run (~3 s a run) "
                         "and simulate the run with the fit scaled to it; the summary then gives "
@@ -82,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     res = validate(args.trace, replicas=tuple(args.replicas), policies=tuple(args.policy),
                    repeats=args.repeats, replay_repeats=args.replay_repeats,
                    drift_check=not args.no_drift_check, warmup_replays=args.warmup_replays,
+                   recalibrate=not args.no_recalibrate,
                    speed_correction=args.speed_correction,
                    seed=args.seed, max_requests=args.max_requests,
                    quick_calibration=args.quick_calibration, log=log)
@@ -101,15 +107,23 @@ def run(args: argparse.Namespace) -> int:
     if "speed_factor" in res.summary:
         cols += ["speed_factor", "unscaled_ttft_mean_rel_error"]
     if args.replay_repeats > 1:
-        cols.append("ttft_mean_real_cv")
-    if args.wide:
-        cols += [c for c in res.summary.columns if c not in cols]
+        cols += [c for c in ("ttft_mean_rel_error_pooled", "ttft_mean_real_cv") if c in res.summary]
+    if args.wide:   # each run's signed error is a list: in --json and --out
+        cols += [c for c in res.summary.columns
+                 if c not in cols and c != "ttft_mean_signed_error_runs"]
     print(render(res.summary[cols], wide=args.wide, float_format=lambda v: f"{v:.3f}",
                  group=("num_replicas",),
                  drop=("ttft_median_request_rel_error", "ttft_p90_rel_error", "requests")))
     drift = res.info.get("calibration_drift")
     if drift is not None:
-        print(f"calibration drift after the replays: {drift:+.1%} (measured / fitted TTFT - 1):\n"
-              "the machine's speed changed that much; errors of that size are not the model's")
+        when = ("last calibration pass against the first" if res.info.get("recalibrate")
+                else "after the replays")
+        print(f"calibration drift, {when}: {drift:+.1%} (measured / fitted TTFT - 1):\nthe "
+              "machine's speed changed that much; errors of that size are not the model's")
+    speeds = res.info.get("calibration_pass_speed")
+    if speeds:
+        for n, v in speeds.items():
+            print(f"{n} server(s): each calibration pass against the fit: "
+                  + ", ".join(f"{x:.3f}" for x in v))
     return 0
 

@@ -21,7 +21,7 @@ tokenisation, detokenisation and streaming of the first chunk. ``step_overhead_s
 measured time per output token of a lone request (its decode step is almost all overhead for so
 small a model), minus the weights' read time; the other three non-negative coefficients are a
 least-squares fit on relative error (each row divided by its measured TTFT) over every calibration
-request, with ``e`` as a fourth coefficient. (Without a decode measurement all four are fitted, and the overhead is poorly separated
+point at the median TTFT of its repeats (:data:`FIT_POINTS`), with ``e`` as a fourth coefficient. (Without a decode measurement all four are fitted, and the overhead is poorly separated
 from the front-end latency.) They map onto the cost model as
 
 A sixth number is not part of a lone request's TTFT: ``arrival_overhead_s``, the seconds that
@@ -163,10 +163,11 @@ def measure_arrival(port: int, rounds: int = ARRIVAL_ROUNDS, k: int = ARRIVAL_RE
     return rows
 
 
-def arrival_overhead_s(calibration: pd.DataFrame) -> float:
+def arrival_overhead_s(calibration: pd.DataFrame, points: str = "rows") -> float:
     """``CostModel.arrival_overhead_s`` from :func:`measure_arrival`'s rows (``kind ==
-    "arrival"``): per round (and server), (TTFT with ``k`` arrivals - TTFT alone) / ``k``; their
-    mean, at least 0. Rounds with a missing or non-finite ``ttft_s`` or ``arrivals`` are left
+    "arrival"``): per round (and server, and calibration pass), (TTFT with ``k`` arrivals - TTFT
+    alone) / ``k``; their mean (``points="rows"``) or median (``points="median"``, see
+    :data:`FIT_POINTS`), at least 0. Rounds with a missing or non-finite ``ttft_s`` or ``arrivals`` are left
     out. 0 without an ``arrivals`` column or without a complete round (calibrations made before
     the measurement existed).
 
@@ -180,14 +181,46 @@ def arrival_overhead_s(calibration: pd.DataFrame) -> float:
         return 0.0
     rows = calibration[calibration["kind"] == "arrival"]
     rows = rows[np.isfinite(rows["ttft_s"].astype(float)) & np.isfinite(rows["arrivals"].astype(float))]
+    _check_points(points)
     per = []
-    for _, g in rows.groupby("repeat" if "server" not in rows else ["server", "repeat"]):
+    keys = [k for k in ("server", "pass") if k in rows] + ["repeat"]
+    for _, g in rows.groupby(keys):
         alone = g[g["arrivals"] == 0]["ttft_s"]
         busy = g[g["arrivals"] > 0]
         if len(alone) and len(busy):
             per.append((float(busy["ttft_s"].mean()) - float(alone.mean()))
                        / float(busy["arrivals"].iloc[0]))
-    return max(0.0, float(np.mean(per))) if per else 0.0
+    if not per:
+        return 0.0
+    return max(0.0, float(np.median(per) if points == "median" else np.mean(per)))
+
+
+#: How :func:`fit_cost` combines repeated calibration requests: ``"median"`` fits one row per
+#: point (server, kind, prompt length, cached tokens) at the median of its measured TTFTs, and takes
+#: the median of the arrival rounds; ``"rows"`` fits every request and takes the rounds' mean (the
+#: rule before calibration passes were spread over the validation; results without
+#: ``info["calibration_points"]`` were fitted so). The machine this project is tested on has slow
+#: spells of 10-30 s in which everything runs 30-50% slower (seen on 2026-12-02: one of the two
+#: calibration repeats of a run measured every cold prompt 33-55% slower, on both servers at
+#: once; fitted over every row, that run's simulator came out 20% slower than the engine); with
+#: three or more requests per point, the median leaves such a spell out.
+FIT_POINTS = ("median", "rows")
+
+
+def _check_points(points) -> None:
+    if points not in FIT_POINTS:
+        raise ValueError(f"points must be one of {FIT_POINTS}, got {points!r}")
+
+
+def point_medians(calibration: pd.DataFrame) -> pd.DataFrame:
+    """The cold and cached rows of ``calibration``, one per point: (``server`` where present,
+    ``kind``, ``input_length``, ``cached_tokens``) with the median ``ttft_s`` of its requests and
+    ``requests`` (how many); ``new_tokens`` is the point's own. Other rows are dropped."""
+    rows = calibration[calibration["kind"].isin(("cold", "cached"))]
+    keys = [k for k in ("server",) if k in rows] + ["kind", "input_length", "cached_tokens",
+                                                    "new_tokens"]
+    return (rows.groupby(keys, as_index=False, sort=True)["ttft_s"]
+            .agg(ttft_s="median", requests="size"))
 
 
 def measure(port: int, repeats: int = 2, cold_lengths=COLD_LENGTHS, cached_points=CACHED_POINTS,
@@ -362,14 +395,20 @@ def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def fit_cost(calibration: pd.DataFrame, chunk_tokens: int = ENGINE_CHUNK_TOKENS, *,
-             context_term: bool = True, arrival_term: bool = True) -> FittedEngine:
+             context_term: bool = True, arrival_term: bool = True,
+             points: str = "median") -> FittedEngine:
     """Fit the step model of the module docstring to calibration rows (see :func:`measure`).
 
     Uses the engine-reported ``cached_tokens`` of each row. ``context_term=False`` fits the model
     without ``e``, ``arrival_term=False`` sets ``arrival_overhead_s`` to 0 (as before each
-    existed; for comparisons). Raises ValueError with fewer than four prefill rows.
+    existed; for comparisons). ``points`` (:data:`FIT_POINTS`): ``"median"`` (default) fits each
+    point's median TTFT over its repeats (:func:`point_medians`) and the arrival rounds' median;
+    ``"rows"`` every request and their mean. Raises ValueError with fewer than four prefill rows
+    (points) or an unknown ``points``.
     """
-    rows = calibration[calibration["kind"].isin(("cold", "cached"))]
+    _check_points(points)
+    rows = (point_medians(calibration) if points == "median"
+            else calibration[calibration["kind"].isin(("cold", "cached"))])
     if len(rows) < 4:
         raise ValueError(f"fit_cost needs >= 4 prefill calibration rows, got {len(rows)}")
     x = np.array([design_row(int(n), int(c), chunk_tokens)
@@ -392,7 +431,7 @@ def fit_cost(calibration: pd.DataFrame, chunk_tokens: int = ENGINE_CHUNK_TOKENS,
     else:
         coef = _nnls(x / y[:, None], np.ones_like(y))
         frontend, overhead, a, b, e = (float(v) for v in coef)
-    arrival = arrival_overhead_s(calibration) if arrival_term else 0.0
+    arrival = arrival_overhead_s(calibration, points) if arrival_term else 0.0
     return fitted_engine(frontend, overhead, a, b, tpot, e, arrival)
 
 
@@ -511,12 +550,14 @@ def calibration_for(calibration: pd.DataFrame, num_servers: int) -> pd.DataFrame
 
 
 def fit_by_busy(calibration: pd.DataFrame, chunk_tokens: int = ENGINE_CHUNK_TOKENS, *,
-                context_term: bool = True, arrival_term: bool = True) -> dict:
+                context_term: bool = True, arrival_term: bool = True,
+                points: str = "median") -> dict:
     """``{busy_servers: FittedEngine}``: one :func:`fit_cost` per count of servers calibrated at
-    once (see :func:`measure_concurrent`; ``context_term`` and ``arrival_term`` as there)."""
+    once (see :func:`measure_concurrent`; ``context_term``, ``arrival_term`` and ``points`` as
+    there)."""
     busy = busy_counts(calibration)
     return {int(k): fit_cost(calibration[busy == k], chunk_tokens, context_term=context_term,
-                             arrival_term=arrival_term)
+                             arrival_term=arrival_term, points=points)
             for k in sorted(set(busy.tolist()))}
 
 
@@ -529,7 +570,8 @@ def fit_table(calibration: pd.DataFrame, fitted: FittedEngine) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-__all__ = ["ARRIVAL_ROUNDS", "CACHED_POINTS", "COLD_LENGTHS", "FittedEngine", "NOMINAL_PEAK_FLOPS",
+__all__ = ["ARRIVAL_ROUNDS", "CACHED_POINTS", "COLD_LENGTHS", "FIT_POINTS", "FittedEngine",
+           "NOMINAL_PEAK_FLOPS", "point_medians",
            "arrival_overhead_s", "chunk_steps", "fit_curves", "measure_arrival",
            "design_row", "busy_counts", "calibration_for", "fit_by_busy", "fit_cost", "fitted_engine",
            "fit_table", "measure", "measure_concurrent"]

@@ -176,9 +176,16 @@ def pool_runs(frames, summaries) -> dict:
     """One summary of a policy's repeated real runs (``frames``: :func:`score_run` tables, one per
     repeat; ``summaries``: their :func:`summarise` dicts).
 
-    The error figures are :func:`summarise` of all repeats' requests pooled (each request is
-    compared with the simulation of its own run: same send times, same replicas); the pooled mean
-    averages out the engine's run-to-run noise. Added: ``replay_repeats`` and
+    Each request is compared with the simulation of its own run (same send times, same
+    replicas). ``ttft_mean_rel_error`` and ``ttft_p90_rel_error`` are ``|median over runs of (sim /
+    real) - 1|`` of each run's mean and 90th percentile: the median of repeated runs, as
+    benchmarks on a noisy machine report, so that one run caught in a slow spell of the machine
+    (README section 14: whole replays 30-150% slower than the runs around them, with the same
+    inputs) does not decide the figure; with one or two runs it is that run's error or the mean of
+    the two. The same figures over all runs' requests pooled stay as
+    ``ttft_mean_rel_error_pooled`` and ``ttft_p90_rel_error_pooled``, each run's signed mean error
+    as ``ttft_mean_signed_error_runs`` (a list); the other figures are :func:`summarise` of the
+    pooled requests (``unscaled_*`` too). Added: ``replay_repeats`` and
     ``ttft_mean_real_cv``, the coefficient of variation (sample standard deviation over mean) of
     the per-repeat real mean TTFT: the real engine's own run-to-run noise on this machine, below
     which no simulator error is meaningful (NaN with one repeat). ``sim_policy_*`` figures are
@@ -186,6 +193,13 @@ def pool_runs(frames, summaries) -> dict:
     """
     out = summarise(pd.concat(list(frames), ignore_index=True))
     means = np.array([s["ttft_mean_real_s"] for s in summaries], dtype=float)
+    mean_ratio = np.array([s["ttft_mean_sim_s"] / s["ttft_mean_real_s"] for s in summaries])
+    p90_ratio = np.array([s["ttft_p90_sim_s"] / s["ttft_p90_real_s"] for s in summaries])
+    out["ttft_mean_rel_error_pooled"] = out["ttft_mean_rel_error"]
+    out["ttft_p90_rel_error_pooled"] = out["ttft_p90_rel_error"]
+    out["ttft_mean_rel_error"] = abs(float(np.median(mean_ratio)) - 1.0)
+    out["ttft_p90_rel_error"] = abs(float(np.median(p90_ratio)) - 1.0)
+    out["ttft_mean_signed_error_runs"] = [round(float(r) - 1.0, 4) for r in mean_ratio]
     out["replay_repeats"] = len(summaries)
     out["ttft_mean_real_cv"] = (float(np.std(means, ddof=1) / np.mean(means))
                                 if len(means) > 1 else float("nan"))
@@ -235,17 +249,22 @@ def speed_probe(ports, fitted: cal.FittedEngine, salt: int) -> float:
     machine's speed at the time of the run, which the simulator cannot know, measured on requests
     that are not the replay's. It cannot follow changes within a replay.
     """
-    return float(np.median(_measured_over_fitted(ports, fitted, salt, PROBE_COLD_LENGTHS,
-                                                 PROBE_CACHED_POINTS, decode_tokens=2)))
+    return float(np.median(measured_over_fitted(probe_rows(ports, salt), fitted)))
 
 
-def _measured_over_fitted(ports, fitted: cal.FittedEngine, salt: int, cold_lengths, cached_points,
-                          decode_tokens: int = 32) -> np.ndarray:
-    """Measured / fitted TTFT of a few calibration requests, one of each point per server, every
-    server of ``ports`` at once (no warm-up, no arrival rounds)."""
+def probe_rows(ports, salt: int, cold_lengths=PROBE_COLD_LENGTHS,
+               cached_points=PROBE_CACHED_POINTS, decode_tokens: int = 2) -> pd.DataFrame:
+    """A few calibration requests, one of each point per server, every server of ``ports`` at
+    once (no warm-up, no arrival rounds): the cold and cached rows of
+    :func:`.calibrate.measure_concurrent`."""
     rows = cal.measure_concurrent(ports, repeats=1, cold_lengths=cold_lengths,
                                   cached_points=cached_points, decode_tokens=decode_tokens,
                                   salt=salt, warmup=False, arrival_rounds=0)
+    return rows[rows["kind"].isin(("cold", "cached"))]
+
+
+def measured_over_fitted(rows: pd.DataFrame, fitted: cal.FittedEngine) -> np.ndarray:
+    """Measured / fitted TTFT of calibration rows (cold and cached ones; others are left out)."""
     rows = rows[rows["kind"].isin(("cold", "cached"))]
     pred = fitted.predict_ttft_s(rows["new_tokens"].to_numpy(), rows["cached_tokens"].to_numpy())
     return rows["ttft_s"].to_numpy() / pred
@@ -266,7 +285,8 @@ def measure_drift(ports, fitted: cal.FittedEngine, salt: int) -> dict:
     measured / fitted TTFT, minus 1: positive = the engine ran slower at the end than the fit
     says), ``drift_requests`` and ``drift_busy_servers``.
     """
-    ratio = _measured_over_fitted(ports, fitted, salt, DRIFT_COLD_LENGTHS, DRIFT_CACHED_POINTS)
+    ratio = measured_over_fitted(probe_rows(ports, salt, DRIFT_COLD_LENGTHS, DRIFT_CACHED_POINTS,
+                                            decode_tokens=32), fitted)
     return {"calibration_drift": float(np.median(ratio) - 1.0), "drift_requests": int(len(ratio)),
             "drift_busy_servers": len(list(ports))}
 
@@ -362,15 +382,19 @@ def score_run(real: pd.DataFrame, trace, fitted: cal.FittedEngine, num_replicas:
 
 def rescore(result: "ValidationResult", trace=None, seed: int = 0, *,
             context_term: bool = True, arrival_term: bool = True,
-            speed_correction: bool = True) -> "ValidationResult":
+            speed_correction: bool = True, points: str | None = None) -> "ValidationResult":
     """Refit the cost model to ``result.calibration`` and redo every comparison from the real
     columns of ``result.requests`` (no engine needed; the simulator is deterministic).
     ``trace`` defaults to the first ``len`` requests of :data:`DEFAULT_TRACE`;
     ``context_term=False`` refits without the cached-context term, ``arrival_term=False``
     without the arrival overhead (see :func:`.calibrate.fit_cost`), ``speed_correction=False``
-    ignores the runs' measured ``speed_factor`` (:func:`speed_probe`), to see what each changes."""
+    ignores the runs' measured ``speed_factor`` (:func:`speed_probe`), to see what each changes.
+    ``points`` (:data:`.calibrate.FIT_POINTS`) defaults to the result's own
+    (``info["calibration_points"]``; ``"rows"`` for results made before it was recorded)."""
+    if points is None:
+        points = result.info.get("calibration_points", "rows")
     fits = cal.fit_by_busy(result.calibration, context_term=context_term,
-                           arrival_term=arrival_term)
+                           arrival_term=arrival_term, points=points)
     probe = ValidationResult(result.calibration, next(iter(fits.values())), result.requests,
                              result.summary, fits=fits)
     rows, frames = [], []
@@ -413,11 +437,26 @@ def head(trace, n: int):
                       request_id=t["request_id"].to_numpy())
 
 
+#: Arrival-overhead rounds of each calibration pass measured between replay rounds
+#: (:func:`validate` with ``recalibrate``); the first pass has :data:`.calibrate.ARRIVAL_ROUNDS`.
+PASS_ARRIVAL_ROUNDS = 2
+
+
+def pass_speed(calibration: pd.DataFrame, fitted: cal.FittedEngine) -> list[float]:
+    """Per calibration pass (column ``pass``; one pass without it), the median over its cold and
+    cached requests of measured / fitted TTFT: how fast the machine ran during each pass relative
+    to the fit (1.10 = that pass measured 10% slower)."""
+    if "pass" not in calibration:
+        calibration = calibration.assign(**{"pass": 0})
+    return [float(np.median(measured_over_fitted(g, fitted)))
+            for _, g in calibration.groupby("pass", sort=True)]
+
+
 def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: int = 2,
-             replay_repeats: int = 2, seed: int = 0, max_requests: int | None = None,
+             replay_repeats: int = 3, seed: int = 0, max_requests: int | None = None,
              quick_calibration: bool = False, calibration: pd.DataFrame | None = None,
-             drift_check: bool = True, warmup_replays: int = 1, speed_correction: bool = False,
-             log=print) -> ValidationResult:
+             recalibrate: bool = True, drift_check: bool = True, warmup_replays: int = 2,
+             speed_correction: bool = False, log=print) -> ValidationResult:
     """Run the validation (module docstring) and return per-request and summary tables.
 
     Parameters
@@ -431,12 +470,14 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
         Router policy names (see :data:`btb_core.routers.POLICIES`; ``btb`` needs copies and is
         refused).
     repeats : int
-        Calibration repeats per point.
+        Calibration repeats per point in the first calibration pass (before the replays).
     replay_repeats : int
-        Real runs per (server count, policy), each on a cold prefix cache; the summary pools
-        them and reports the engine's run-to-run noise (:func:`pool_runs`). Default 2: on the
-        2-core machine this project is tested on, one run of a policy moved by up to 17% from
-        the next (README section 14).
+        Real runs per (server count, policy), each on a cold prefix cache, in rounds (every
+        policy once, then again); the summary takes the median over runs of each run's error
+        and reports the engine's run-to-run noise (:func:`pool_runs`). Default 3: on the 2-core
+        machine this project is tested on, a whole run of a policy was now and then 30-150%
+        slower than the runs around it with the same inputs (README section 14), and the
+        median of three leaves one such run out.
     max_requests : int, optional
         Replay only the first ``max_requests`` requests of the trace.
     quick_calibration : bool
@@ -444,13 +485,25 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
         shorter requests) instead of the defaults.
     calibration : DataFrame, optional
         Reuse an earlier calibration instead of measuring (rows without ``busy_servers`` count
-        as measured on one server).
+        as measured on one server); no passes are measured between rounds then.
+    recalibrate : bool
+        After each round of replays, measure one more calibration pass on the same servers (the
+        plan once, :data:`PASS_ARRIVAL_ROUNDS` arrival rounds, ~30 s; column ``pass`` of the
+        calibration, 0 = before the replays), and fit the cost model after the replays to every
+        pass, each point at the median of its repeats (:data:`.calibrate.FIT_POINTS`). The
+        calibration then spans the same minutes as the replays it is compared with: on the
+        2-core test machine one run's fits of single passes ranged over 15% in TTFT between
+        passes 80 s apart, and a calibration measured only before the replays put that run's
+        simulator 20% above the engine. Default on.
     warmup_replays : int
         Unrecorded replays of the trace (``round_robin``, texts of their own, prefix caches reset
-        after) on each server count before the recorded ones (default 1). A fresh engine pays
+        after) on each server count before the recorded ones (default 2). A fresh engine pays
         one-time costs for every new step shape; over eight back-to-back recorded runs of the
         validation trace on one server without it, the real mean TTFT fell from 3.28 to 3.00 s
-        (9%), the first runs being the slowest. The simulator models a warm engine.
+        (9%), the first runs being the slowest; after one warm-up replay, the first recorded run
+        was still the slowest run of its policy in four of five runs on 2026-12-02 (2.61-4.96 s
+        against 1.69-2.46 s for ``round_robin``'s later runs). The simulator models a warm
+        engine.
     speed_correction : bool
         Probe the servers' speed just before and after each recorded replay (:func:`speed_probe`,
         ~3 s a run) and simulate the run with the fit scaled by the mean of the two; the
@@ -459,8 +512,11 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
         the noisy machine it was tried on (16 runs, probes 0.92-1.14), it took the per-run error
         from 8.6% to 8.0% rms, within that machine's noise (README section 14).
     drift_check : bool
-        After the replays, re-measure a few calibration points and report how far the engine's
-        speed moved from the fit (:func:`measure_drift`; ``info["calibration_drift"]``).
+        Report how far the engine's speed moved from the first calibration pass by the end
+        (``info["calibration_drift"]``: the last pass against a fit of the first, with
+        ``recalibrate``; else a few calibration points re-measured after the replays,
+        :func:`measure_drift`). With ``recalibrate`` also ``info["calibration_pass_speed"]``:
+        each pass's speed against the fit used (:func:`pass_speed`), per server count.
     log : callable
         One-line progress messages (``None`` for silence).
 
@@ -489,91 +545,145 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
     say = log or (lambda *_: None)
     t_start = time.perf_counter()
     rows, frames = [], []
-    fitted = None
     salt = 1_000 * (seed + 1)
     n_servers = max(replicas)
+    points = "median"
+    plan = ({"cold_lengths": cal.QUICK_COLD_LENGTHS, "cached_points": cal.QUICK_CACHED_POINTS}
+            if quick_calibration else {})
+    recalibrate = bool(recalibrate) and calibration is None
+    pass_speeds: dict = {}
+    drift: dict = {}
     require_engine()   # says how to install it, before anything claims to start
     say(f"starting {n_servers} vLLM CPU server(s) (one core each) ...")
     with EngineCluster(n_servers) as cluster:
         say(f"servers ready on ports {cluster.ports} after {time.perf_counter() - t_start:.0f} s")
         if calibration is None:
-            points = ({"cold_lengths": cal.QUICK_COLD_LENGTHS, "cached_points": cal.QUICK_CACHED_POINTS,
-                       "arrival_rounds": 1} if quick_calibration else {})
             frames_cal = []
             for k, n in enumerate(sorted(set(replicas))):
                 say(f"calibrating TTFT vs prompt length and cached context on {n} server(s) at "
                     "once ...")
-                frames_cal.append(cal.measure_concurrent(cluster.ports[:n], repeats=repeats,
-                                                         salt=10_000 + 100_000 * k, **points))
+                c = cal.measure_concurrent(cluster.ports[:n], repeats=repeats,
+                                           salt=10_000 + 100_000 * k,
+                                           **plan, **({"arrival_rounds": 1} if quick_calibration else {}))
+                frames_cal.append(c.assign(**{"pass": 0}))
             calibration = pd.concat(frames_cal, ignore_index=True)
-        fits = cal.fit_by_busy(calibration)
-        probe = ValidationResult(calibration, next(iter(fits.values())), pd.DataFrame(),
-                                 pd.DataFrame(), fits=fits)
-        for k, f in fits.items():
-            say(f"fit ({k} server(s) busy): " + ", ".join(f"{a}={v:.4g}" for a, v in f.as_dict().items()))
+        else:
+            points = "rows" if "pass" not in calibration else "median"
         for n in replicas:
             ports = cluster.ports[:n]
-            fitted = probe.fitted_for(n)
+            first_fit = cal.fit_by_busy(calibration, points=points)
+            probe = ValidationResult(calibration, next(iter(first_fit.values())), pd.DataFrame(),
+                                     pd.DataFrame(), fits=first_fit)
+            fit0 = probe.fitted_for(n)
             for w in range(int(warmup_replays)):
                 say(f"{n} server(s): warm-up replay {w + 1}/{warmup_replays} (not recorded) ...")
                 cluster.reset_prefix_caches()
                 replay(trace, make_router("round_robin"), ports, salt=500_000 + 1_000 * n + w,
                        seed=seed)
             # repeats interleaved across policies (all policies once, then again): a slow spell
-            # of the machine falls on several policies rather than on both runs of one
-            runs = {p: [] for p in policies}
-            sums = {p: [] for p in policies}
+            # of the machine falls on several policies rather than on all runs of one
+            done = []
             for rep in range(int(replay_repeats)):
                 for policy in policies:
                     salt += 1
-                    factor = None
+                    probes = None
                     if speed_correction:
-                        before = speed_probe(ports, fitted, salt=700_000 + 10 * salt)
+                        before = probe_rows(ports, salt=700_000 + 10 * salt)
                     cluster.reset_prefix_caches()
                     t0, steal0 = time.perf_counter(), host_steal_s()
                     real = replay(trace, make_router(policy), ports, salt=salt, seed=seed)
                     wall, steal1 = time.perf_counter() - t0, host_steal_s()
                     if speed_correction:
-                        after = speed_probe(ports, fitted, salt=700_000 + 10 * salt + 5)
-                        factor = 0.5 * (before + after)
-                        say(f"{n} server(s) {policy:12s}: speed probe {before:.3f} before, "
-                            f"{after:.3f} after (measured / fitted TTFT)")
-                    df, summary = score_run(real, trace, fitted, n, policy, seed, factor)
-                    df.insert(2, "repeat", rep)
-                    summary["replay_wall_s"] = wall
-                    summary["host_steal_s"] = (steal1 - steal0 if steal0 is not None
-                                               and steal1 is not None else float("nan"))
-                    runs[policy].append(df)
-                    sums[policy].append(summary)
+                        probes = (before, probe_rows(ports, salt=700_000 + 10 * salt + 5))
+                    steal = (steal1 - steal0 if steal0 is not None and steal1 is not None
+                             else float("nan"))
+                    done.append((rep, policy, real, wall, steal, probes))
                     tag = f" run {rep + 1}/{replay_repeats}" if replay_repeats > 1 else ""
-                    say(f"{n} server(s) {policy:12s}{tag}: cached match "
-                        f"{summary['cached_tokens_match_fraction']:.3f}, TTFT mean real "
-                        f"{summary['ttft_mean_real_s']:.3f} s sim {summary['ttft_mean_sim_s']:.3f} s, "
-                        f"p90 err {summary['ttft_p90_rel_error']:.3f}, host steal "
-                        f"{summary['host_steal_s']:.2f} s")
+                    say(f"{n} server(s) {policy:12s}{tag}: TTFT mean real "
+                        f"{real['ttft_s'].mean():.3f} s, host steal {steal:.2f} s")
+                if recalibrate:
+                    say(f"{n} server(s): calibration pass {rep + 1} of {replay_repeats} "
+                        f"(after round {rep + 1}) ...")
+                    k = sorted(set(replicas)).index(n)
+                    # texts of their own: each pass uses salts within 100,000 of its base
+                    c = cal.measure_concurrent(ports, repeats=1, warmup=False,
+                                               salt=2_000_000 + 100_000 * (100 * k + rep),
+                                               arrival_rounds=(1 if quick_calibration
+                                                               else PASS_ARRIVAL_ROUNDS), **plan)
+                    calibration = pd.concat([calibration, c.assign(**{"pass": rep + 1})],
+                                            ignore_index=True)
+            fits = cal.fit_by_busy(calibration, points=points)
+            probe = ValidationResult(calibration, next(iter(fits.values())), pd.DataFrame(),
+                                     pd.DataFrame(), fits=fits)
+            fitted = probe.fitted_for(n)
+            say(f"fit ({n} server(s)): " + ", ".join(f"{a}={v:.4g}" for a, v in fitted.as_dict().items()))
+            mine = cal.calibration_for(calibration, n)
+            if recalibrate:
+                pass_speeds[str(n)] = [round(v, 4) for v in pass_speed(mine, fitted)]
+                say(f"{n} server(s): speed of each calibration pass against the fit: "
+                    + ", ".join(f"{v:.3f}" for v in pass_speeds[str(n)]))
+            runs = {p: [] for p in policies}
+            sums = {p: [] for p in policies}
+            for rep, policy, real, wall, steal, probes in done:
+                factor = None
+                if probes is not None:
+                    before, after = (float(np.median(measured_over_fitted(r, fitted))) for r in probes)
+                    factor = 0.5 * (before + after)
+                    say(f"{n} server(s) {policy:12s}: speed probe {before:.3f} before, "
+                        f"{after:.3f} after (measured / fitted TTFT)")
+                df, summary = score_run(real, trace, fitted, n, policy, seed, factor)
+                df.insert(2, "repeat", rep)
+                summary["replay_wall_s"] = wall
+                summary["host_steal_s"] = steal
+                runs[policy].append(df)
+                sums[policy].append(summary)
+                tag = f" run {rep + 1}/{replay_repeats}" if replay_repeats > 1 else ""
+                say(f"{n} server(s) {policy:12s}{tag}: cached match "
+                    f"{summary['cached_tokens_match_fraction']:.3f}, TTFT mean real "
+                    f"{summary['ttft_mean_real_s']:.3f} s sim {summary['ttft_mean_sim_s']:.3f} s, "
+                    f"p90 err {summary['ttft_p90_rel_error']:.3f}")
             for policy in policies:
                 frames.extend(runs[policy])
                 rows.append({"num_replicas": n, "policy": policy,
                              **pool_runs(runs[policy], sums[policy])})
-        drift = {}
-        if drift_check:
+            if drift_check and recalibrate and n == n_servers:
+                last = mine[mine["pass"] == mine["pass"].max()]
+                drift = {"calibration_drift": float(np.median(measured_over_fitted(last, fit0)) - 1.0),
+                         "drift_requests": int(last["kind"].isin(("cold", "cached")).sum()),
+                         "drift_busy_servers": n}
+        if drift_check and not recalibrate:
             say("re-measuring calibration points (speed drift since calibration) ...")
-            drift = measure_drift(cluster.ports[:n_servers], probe.fitted_for(n_servers),
+            drift = measure_drift(cluster.ports[:n_servers], fitted_for(calibration, n_servers, points),
                                   salt=900_000 + salt)
+        if drift:
             say(f"calibration drift: {drift['calibration_drift']:+.1%} (measured / fitted TTFT - 1, "
-                f"{n_servers} server(s) busy)")
+                f"{n_servers} server(s) busy, the end against the start)")
+    fits = cal.fit_by_busy(calibration, points=points)
+    final = ValidationResult(calibration, next(iter(fits.values())), pd.DataFrame(),
+                             pd.DataFrame(), fits=fits)
     info = {"trace": getattr(trace, "name", "trace"), "trace_requests": int(len(trace.table)),
             "block_tokens": ENGINE_BLOCK_TOKENS, "chunk_tokens": ENGINE_CHUNK_TOKENS,
             "replay_repeats": int(replay_repeats), "warmup_replays": int(warmup_replays),
-            "speed_correction": bool(speed_correction), **drift,
+            "speed_correction": bool(speed_correction), "recalibrate": recalibrate,
+            "calibration_points": points,
+            **({"calibration_pass_speed": pass_speeds} if pass_speeds else {}), **drift,
             "wall_s": time.perf_counter() - t_start}
-    return ValidationResult(calibration, probe.fitted_for(max(replicas)),
+    return ValidationResult(calibration, final.fitted_for(max(replicas)),
                             pd.concat(frames, ignore_index=True), pd.DataFrame(rows), info, fits)
+
+
+def fitted_for(calibration: pd.DataFrame, num_servers: int, points: str = "median") -> cal.FittedEngine:
+    """The fit of ``calibration`` used for runs on ``num_servers`` servers
+    (:meth:`ValidationResult.fitted_for` of :func:`.calibrate.fit_by_busy`)."""
+    fits = cal.fit_by_busy(calibration, points=points)
+    return ValidationResult(calibration, next(iter(fits.values())), pd.DataFrame(),
+                            pd.DataFrame(), fits=fits).fitted_for(num_servers)
 
 
 __all__ = ["DEFAULT_POLICIES", "DEFAULT_TRACE", "DRIFT_CACHED_POINTS", "DRIFT_COLD_LENGTHS",
            "SHIPPED_RESULT", "FixedAssignment", "GOALS", "ValidationResult",
            "compare", "engine_blocks", "engine_cluster_config", "load_result", "load_validation_trace",
            "host_steal_s", "measure_drift", "pool_runs", "save_result", "speed_probe", "PROBE_COLD_LENGTHS",
-           "PROBE_CACHED_POINTS",
+           "PROBE_CACHED_POINTS", "PASS_ARRIVAL_ROUNDS", "fitted_for", "measured_over_fitted",
+           "pass_speed", "probe_rows",
            "head", "rescore", "score_run", "summarise", "validate"]
