@@ -113,7 +113,10 @@ def run(args: argparse.Namespace) -> int:
                  if c not in cols and c != "ttft_mean_signed_error_runs"]
     print(render(res.summary[cols], wide=args.wide, float_format=lambda v: f"{v:.3f}",
                  group=("num_replicas",),
-                 drop=("ttft_median_request_rel_error", "ttft_p90_rel_error", "requests")))
+                 floats=[c for c in cols if c not in ("num_replicas", "policy", "requests",
+                                                      "replay_repeats")],
+                 drop=("ttft_median_request_rel_error", "ttft_p90_rel_error", "requests",
+                       "ttft_mean_rel_error_pooled", "ttft_mean_real_cv")))
     drift = res.info.get("calibration_drift")
     if drift is not None:
         when = ("last calibration pass against the first" if res.info.get("recalibrate")
