@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="real runs per server count and policy, in rounds (every policy once, "
                         "then again); the error figures are the median over runs, and with "
                         "N >= 2 the summary gives the engine's own run-to-run noise, "
-                        "ttft_mean_real_cv (default 3: a whole run was now and then 30-150%% "
+                        "ttft_mean_real_cv (default 3: a whole run was now and then 45-160%% "
                         "slower than the runs around it on the 2-core test machine)")
     p.add_argument("--no-recalibrate", action="store_true",
                    help="calibrate only before the replays (default: one more calibration pass "

@@ -202,8 +202,9 @@ def arrival_overhead_s(calibration: pd.DataFrame, points: str = "rows") -> float
 #: ``info["calibration_points"]`` were fitted so). The machine this project is tested on has slow
 #: spells of 10-30 s in which everything runs 30-50% slower (seen on 2026-12-02: one of the two
 #: calibration repeats of a run measured every cold prompt 33-55% slower, on both servers at
-#: once; fitted over every row, that run's simulator came out 20% slower than the engine); with
-#: three or more requests per point, the median leaves such a spell out.
+#: once; fitted over every row, that run's simulator came out 20-24% slower than the engine for
+#: three of its four policies); with three or more requests per point, the median leaves such a
+#: spell out.
 FIT_POINTS = ("median", "rows")
 
 

@@ -180,7 +180,7 @@ def pool_runs(frames, summaries) -> dict:
     replicas). ``ttft_mean_rel_error`` and ``ttft_p90_rel_error`` are ``|median over runs of (sim /
     real) - 1|`` of each run's mean and 90th percentile: the median of repeated runs, as
     benchmarks on a noisy machine report, so that one run caught in a slow spell of the machine
-    (README section 14: whole replays 30-150% slower than the runs around them, with the same
+    (README section 14: whole replays 45-160% slower than the runs around them, with the same
     inputs) does not decide the figure; with one or two runs it is that run's error or the mean of
     the two. The same figures over all runs' requests pooled stay as
     ``ttft_mean_rel_error_pooled`` and ``ttft_p90_rel_error_pooled``, each run's signed mean error
@@ -475,7 +475,7 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
         Real runs per (server count, policy), each on a cold prefix cache, in rounds (every
         policy once, then again); the summary takes the median over runs of each run's error
         and reports the engine's run-to-run noise (:func:`pool_runs`). Default 3: on the 2-core
-        machine this project is tested on, a whole run of a policy was now and then 30-150%
+        machine this project is tested on, a whole run of a policy was now and then 45-160%
         slower than the runs around it with the same inputs (README section 14), and the
         median of three leaves one such run out.
     max_requests : int, optional
@@ -492,9 +492,9 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
         calibration, 0 = before the replays), and fit the cost model after the replays to every
         pass, each point at the median of its repeats (:data:`.calibrate.FIT_POINTS`). The
         calibration then spans the same minutes as the replays it is compared with: on the
-        2-core test machine one run's fits of single passes ranged over 15% in TTFT between
-        passes 80 s apart, and a calibration measured only before the replays put that run's
-        simulator 20% above the engine. Default on.
+        2-core test machine one run's fits of single passes ranged over 25% in TTFT between
+        passes 80 s apart, and a calibration measured only before the replays put another run's
+        simulator 20-24% above the engine for three of its four policies. Default on.
     warmup_replays : int
         Unrecorded replays of the trace (``round_robin``, texts of their own, prefix caches reset
         after) on each server count before the recorded ones (default 2). A fresh engine pays
