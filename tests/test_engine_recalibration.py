@@ -168,6 +168,10 @@ def test_validate_calibrates_between_rounds_and_fits_every_pass(monkeypatch):
     assert res.summary["replay_repeats"].tolist() == [3, 3]
     assert [len(v) for v in res.summary["ttft_mean_signed_error_runs"]] == [3, 3]
     assert sorted(res.requests["repeat"].unique().tolist()) == [0, 1, 2]
+    # rescored from its own tables (no engine): the same figures, the host-steal column kept
+    again = val.rescore(res, trace=tr).summary
+    assert again["ttft_mean_rel_error"].tolist() == pytest.approx(res.summary["ttft_mean_rel_error"].tolist())
+    assert again["host_steal_s"].tolist() == pytest.approx(res.summary["host_steal_s"].tolist(), nan_ok=True)
 
 
 def test_validate_without_recalibration_measures_once_before(monkeypatch):
@@ -201,3 +205,25 @@ def test_validate_without_recalibration_measures_once_before(monkeypatch):
     assert calls == [2]
     assert res.info["recalibrate"] is False and "calibration_pass_speed" not in res.info
     assert res.calibration["pass"].unique().tolist() == [0]
+
+
+@pytest.mark.parametrize("policy, why", [("btb", "copies KV"), ("btb_adaptive", "copies KV"),
+                                         ("sglang_gateway", "stand-in workers")])
+def test_validate_refuses_policies_the_real_servers_cannot_run_before_starting_anything(
+        policy, why, monkeypatch):
+    # btb_adaptive used to start the servers, calibrate and warm up before failing on the live
+    # view (it has no cost model); now every policy outside ENGINE_POLICIES is refused up front
+    from btb_core.engine import validation as val
+    from btb_core.errors import ConfigError
+
+    def never(*a, **k):
+        raise AssertionError("nothing may start")
+
+    monkeypatch.setattr(val, "EngineCluster", never)
+    monkeypatch.setattr(val, "require_engine", never)
+    with pytest.raises(ConfigError, match=why):
+        val.validate(policies=("round_robin", policy), log=None)
+    for p in val.ENGINE_POLICIES:    # each of these runs on the live view
+        from btb_core.engine.replay import LiveView
+        from btb_core.routers import make_router
+        make_router(p).reset(LiveView(2, 32, 1024))

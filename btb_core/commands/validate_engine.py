@@ -115,18 +115,21 @@ def run(args: argparse.Namespace) -> int:
                  group=("num_replicas",),
                  floats=[c for c in cols if c not in ("num_replicas", "policy", "requests",
                                                       "replay_repeats")],
-                 drop=("ttft_median_request_rel_error", "ttft_p90_rel_error", "requests",
-                       "ttft_mean_rel_error_pooled", "ttft_mean_real_cv")))
+                 drop=("requests", "ttft_mean_real_cv", "ttft_mean_rel_error_pooled",
+                       "ttft_median_request_rel_error", "ttft_p90_rel_error")))
+    if "ttft_mean_rel_error_pooled" in res.summary:
+        print("ttft_mean_real_s / ttft_mean_sim_s: every run's requests pooled;\n"
+              "ttft_mean_rel_error, ttft_p90_rel_error: the median run's")
     drift = res.info.get("calibration_drift")
     if drift is not None:
-        when = ("last calibration pass against the first" if res.info.get("recalibrate")
-                else "after the replays")
-        print(f"calibration drift, {when}: {drift:+.1%} (measured / fitted TTFT - 1):\nthe "
-              "machine's speed changed that much; errors of that size are not the model's")
+        when = ("the last calibration pass against a fit of the first" if res.info.get("recalibrate")
+                else "after the replays, against the calibration")
+        print(f"calibration drift, {when}: {drift:+.1%}\n(measured / fitted TTFT - 1: how far the "
+              "machine's speed moved)")
     speeds = res.info.get("calibration_pass_speed")
     if speeds:
         for n, v in speeds.items():
-            print(f"{n} server(s): each calibration pass against the fit: "
-                  + ", ".join(f"{x:.3f}" for x in v))
+            print(f"{n} server(s), each calibration pass (before the replays, then after each "
+                  "round), measured / fitted TTFT:\n  " + ", ".join(f"{x:.3f}" for x in v))
     return 0
 

@@ -20,12 +20,13 @@
 Error figures (per policy): ``cached_tokens_match_fraction`` (share of requests whose simulated
 reused tokens equal the engine's ``cached_tokens``), ``ttft_mean_rel_error`` and
 ``ttft_p90_rel_error`` (``|sim / real - 1|`` of the mean and 90th percentile of TTFT),
-``ttft_median_request_rel_error`` (median over requests of ``|sim / real - 1|``). With
-``replay_repeats`` >= 2 each policy is replayed that many times, the repeats interleaved across
-policies (every policy once, then again; each run simulated on its own send times and replicas),
-the figures pool every run's requests, and ``ttft_mean_real_cv`` gives
-the real engine's run-to-run noise; a drift check after the replays (:func:`measure_drift`)
-reports how far the machine's speed moved from the calibration (``info["calibration_drift"]``).
+``ttft_median_request_rel_error`` (median over requests of ``|sim / real - 1|``). Each policy is
+replayed ``replay_repeats`` times (default 3) in rounds (every policy once, then again; each run
+simulated on its own send times and replicas); the mean and p90 errors are the median run's,
+the pooled figures are kept as ``*_pooled`` (:func:`pool_runs`), and ``ttft_mean_real_cv`` gives
+the real engine's run-to-run noise. With ``recalibrate`` (default) a calibration pass follows each
+round and the fit uses every pass; ``info["calibration_pass_speed"]`` and
+``info["calibration_drift"]`` say how far the machine's speed moved between them.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ DEFAULT_TRACE = DATA_DIR / "traces" / "engine_validation" / "engine_validation.j
 SHIPPED_RESULT = DATA_DIR / "engine_validation" / "measured"
 #: Policies compared by default (the ones whose view a gateway in front of real servers has).
 DEFAULT_POLICIES = ("round_robin", "least_load", "cache_aware", "kv_aware")
+#: Policies that can route the real servers (their routers run on :class:`.replay.LiveView`,
+#: which has no cost model and cannot copy KV: ``btb`` and ``btb_adaptive`` need both, and
+#: ``sglang_gateway`` routes through the gateway's own stand-in workers).
+ENGINE_POLICIES = ("round_robin", "random", "power_of_two", "least_load", "cache_aware",
+                   "kv_aware", "llm_d")
 #: Goals of the validation (issue text; reported in the README).
 GOALS = {"cached_tokens_match_fraction": 0.99, "ttft_mean_rel_error": 0.05,
          "ttft_p90_rel_error": 0.10, "ttft_median_request_rel_error": 0.10}
@@ -418,8 +424,9 @@ def rescore(result: "ValidationResult", trace=None, seed: int = 0, *,
         prev = result.summary
         old = (prev[(prev["num_replicas"] == n) & (prev["policy"] == policy)]
                if {"num_replicas", "policy"} <= set(prev.columns) else prev.iloc[:0])
-        if "replay_wall_s" in old and len(old):
-            pooled["replay_wall_s"] = float(old["replay_wall_s"].iloc[0])
+        for key in ("replay_wall_s", "host_steal_s"):
+            if key in old and len(old):
+                pooled[key] = float(old[key].iloc[0])
         frames.extend(runs)
         rows.append({"num_replicas": int(n), "policy": policy, **pooled})
     top = int(result.requests["num_replicas"].max())
@@ -528,10 +535,12 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
         trace = load_validation_trace(trace)
     for p in policies:
         make_router(p)  # unknown names raise ConfigError before any server starts
-        if p == "btb":
-            raise ConfigError("policy 'btb' copies KV between replicas, which the real servers "
-                              "here do not support; choose from round_robin, least_load, "
-                              "cache_aware, kv_aware, power_of_two, random, llm_d")
+        if p not in ENGINE_POLICIES:
+            why = ("copies KV between replicas, which the real servers here do not support"
+                   if p.startswith("btb") else
+                   "routes through the SGLang gateway's own stand-in workers, not these servers"
+                   if p == "sglang_gateway" else "is not supported on the real engine")
+            raise ConfigError(f"policy {p!r} {why}; choose from {', '.join(ENGINE_POLICIES)}")
     if int(replay_repeats) < 1:
         raise ConfigError(f"replay_repeats must be >= 1, got {replay_repeats!r}")
     if (not isinstance(warmup_replays, (int, np.integer)) or isinstance(warmup_replays, bool)
@@ -680,7 +689,7 @@ def fitted_for(calibration: pd.DataFrame, num_servers: int, points: str = "media
                             pd.DataFrame(), fits=fits).fitted_for(num_servers)
 
 
-__all__ = ["DEFAULT_POLICIES", "DEFAULT_TRACE", "DRIFT_CACHED_POINTS", "DRIFT_COLD_LENGTHS",
+__all__ = ["DEFAULT_POLICIES", "DEFAULT_TRACE", "ENGINE_POLICIES", "DRIFT_CACHED_POINTS", "DRIFT_COLD_LENGTHS",
            "SHIPPED_RESULT", "FixedAssignment", "GOALS", "ValidationResult",
            "compare", "engine_blocks", "engine_cluster_config", "load_result", "load_validation_trace",
            "host_steal_s", "measure_drift", "pool_runs", "save_result", "speed_probe", "PROBE_COLD_LENGTHS",
