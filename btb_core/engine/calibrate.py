@@ -540,14 +540,23 @@ def busy_counts(calibration: pd.DataFrame) -> np.ndarray:
     return np.ones(len(calibration), dtype=int)
 
 
-def calibration_for(calibration: pd.DataFrame, num_servers: int) -> pd.DataFrame:
-    """The rows measured with ``num_servers`` servers busy, or, if there are none, those of the
-    largest smaller count (the smallest count if none is smaller)."""
-    busy = busy_counts(calibration)
-    have = sorted(set(busy.tolist()))
+def count_for(counts, num_servers: int) -> int:
+    """Of the busy-server ``counts`` calibrated, the one a run on ``num_servers`` servers is
+    compared with: ``num_servers`` itself, else the largest smaller count, else the smallest."""
+    have = sorted(set(int(k) for k in counts))
     below = [k for k in have if k <= num_servers]
-    k = max(below) if below else min(have)
-    return calibration[busy == k]
+    return max(below) if below else min(have)
+
+
+def calibration_for(calibration: pd.DataFrame, num_servers: int) -> pd.DataFrame:
+    """The rows measured with :func:`count_for` ``num_servers`` servers busy."""
+    busy = busy_counts(calibration)
+    return calibration[busy == count_for(busy.tolist(), num_servers)]
+
+
+def fit_for(calibration: pd.DataFrame, num_servers: int, points: str = "median") -> FittedEngine:
+    """:func:`fit_cost` of :func:`calibration_for` ``num_servers`` (``points`` as there)."""
+    return fit_cost(calibration_for(calibration, num_servers), points=points)
 
 
 def fit_by_busy(calibration: pd.DataFrame, chunk_tokens: int = ENGINE_CHUNK_TOKENS, *,
@@ -574,7 +583,8 @@ def fit_table(calibration: pd.DataFrame, fitted: FittedEngine) -> pd.DataFrame:
 __all__ = ["ARRIVAL_ROUNDS", "CACHED_POINTS", "COLD_LENGTHS", "FIT_POINTS", "FittedEngine",
            "NOMINAL_PEAK_FLOPS", "point_medians",
            "arrival_overhead_s", "chunk_steps", "fit_curves", "measure_arrival",
-           "design_row", "busy_counts", "calibration_for", "fit_by_busy", "fit_cost", "fitted_engine",
+           "design_row", "busy_counts", "calibration_for", "count_for", "fit_by_busy", "fit_cost",
+           "fit_for", "fitted_engine",
            "fit_table", "measure", "measure_concurrent"]
 
 

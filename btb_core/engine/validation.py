@@ -312,9 +312,7 @@ class ValidationResult:
         """The fit used for runs on ``num_servers`` servers (see :func:`.calibrate.calibration_for`)."""
         if not self.fits:
             return self.fitted
-        have = sorted(self.fits)
-        below = [k for k in have if k <= num_servers]
-        return self.fits[max(below) if below else min(have)]
+        return self.fits[cal.count_for(self.fits, num_servers)]
 
     def as_json(self) -> dict:
         """JSON-able dict: ``policies`` {policy: figures} for the largest replica count, ``runs``
@@ -401,8 +399,6 @@ def rescore(result: "ValidationResult", trace=None, seed: int = 0, *,
         points = result.info.get("calibration_points", "rows")
     fits = cal.fit_by_busy(result.calibration, context_term=context_term,
                            arrival_term=arrival_term, points=points)
-    probe = ValidationResult(result.calibration, next(iter(fits.values())), result.requests,
-                             result.summary, fits=fits)
     rows, frames = [], []
     reqs = result.requests
     if "repeat" not in reqs:
@@ -416,7 +412,7 @@ def rescore(result: "ValidationResult", trace=None, seed: int = 0, *,
             if speed_correction and "speed_factor" in real:
                 known = real["speed_factor"].dropna()
                 f = float(known.iloc[0]) if len(known) else 1.0   # a run without a probe: as measured
-            df, summary = score_run(real, tr, probe.fitted_for(int(n)), int(n), policy, seed, f)
+            df, summary = score_run(real, tr, fits[cal.count_for(fits, int(n))], int(n), policy, seed, f)
             df.insert(2, "repeat", int(rep))
             runs.append(df)
             sums.append(summary)
@@ -430,7 +426,7 @@ def rescore(result: "ValidationResult", trace=None, seed: int = 0, *,
         frames.extend(runs)
         rows.append({"num_replicas": int(n), "policy": policy, **pooled})
     top = int(result.requests["num_replicas"].max())
-    return ValidationResult(result.calibration, probe.fitted_for(top),
+    return ValidationResult(result.calibration, fits[cal.count_for(fits, top)],
                             pd.concat(frames, ignore_index=True), pd.DataFrame(rows),
                             dict(result.info), fits)
 
@@ -580,10 +576,7 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
             points = "rows" if "pass" not in calibration else "median"
         for n in replicas:
             ports = cluster.ports[:n]
-            first_fit = cal.fit_by_busy(calibration, points=points)
-            probe = ValidationResult(calibration, next(iter(first_fit.values())), pd.DataFrame(),
-                                     pd.DataFrame(), fits=first_fit)
-            fit0 = probe.fitted_for(n)
+            fit0 = cal.fit_for(calibration, n, points)   # the first pass's fit (for the drift)
             for w in range(int(warmup_replays)):
                 say(f"{n} server(s): warm-up replay {w + 1}/{warmup_replays} (not recorded) ...")
                 cluster.reset_prefix_caches()
@@ -621,10 +614,7 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
                                                                else PASS_ARRIVAL_ROUNDS), **plan)
                     calibration = pd.concat([calibration, c.assign(**{"pass": rep + 1})],
                                             ignore_index=True)
-            fits = cal.fit_by_busy(calibration, points=points)
-            probe = ValidationResult(calibration, next(iter(fits.values())), pd.DataFrame(),
-                                     pd.DataFrame(), fits=fits)
-            fitted = probe.fitted_for(n)
+            fitted = cal.fit_for(calibration, n, points)   # every pass of this server count
             say(f"fit ({n} server(s)): " + ", ".join(f"{a}={v:.4g}" for a, v in fitted.as_dict().items()))
             mine = cal.calibration_for(calibration, n)
             if recalibrate:
@@ -662,14 +652,12 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
                          "drift_busy_servers": n}
         if drift_check and not recalibrate:
             say("re-measuring calibration points (speed drift since calibration) ...")
-            drift = measure_drift(cluster.ports[:n_servers], fitted_for(calibration, n_servers, points),
+            drift = measure_drift(cluster.ports[:n_servers], cal.fit_for(calibration, n_servers, points),
                                   salt=900_000 + salt)
         if drift:
             say(f"calibration drift: {drift['calibration_drift']:+.1%} (measured / fitted TTFT - 1, "
                 f"{n_servers} server(s) busy, the end against the start)")
     fits = cal.fit_by_busy(calibration, points=points)
-    final = ValidationResult(calibration, next(iter(fits.values())), pd.DataFrame(),
-                             pd.DataFrame(), fits=fits)
     info = {"trace": getattr(trace, "name", "trace"), "trace_requests": int(len(trace.table)),
             "block_tokens": ENGINE_BLOCK_TOKENS, "chunk_tokens": ENGINE_CHUNK_TOKENS,
             "replay_repeats": int(replay_repeats), "warmup_replays": int(warmup_replays),
@@ -677,22 +665,14 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
             "calibration_points": points,
             **({"calibration_pass_speed": pass_speeds} if pass_speeds else {}), **drift,
             "wall_s": time.perf_counter() - t_start}
-    return ValidationResult(calibration, final.fitted_for(max(replicas)),
+    return ValidationResult(calibration, fits[cal.count_for(fits, max(replicas))],
                             pd.concat(frames, ignore_index=True), pd.DataFrame(rows), info, fits)
-
-
-def fitted_for(calibration: pd.DataFrame, num_servers: int, points: str = "median") -> cal.FittedEngine:
-    """The fit of ``calibration`` used for runs on ``num_servers`` servers
-    (:meth:`ValidationResult.fitted_for` of :func:`.calibrate.fit_by_busy`)."""
-    fits = cal.fit_by_busy(calibration, points=points)
-    return ValidationResult(calibration, next(iter(fits.values())), pd.DataFrame(),
-                            pd.DataFrame(), fits=fits).fitted_for(num_servers)
 
 
 __all__ = ["DEFAULT_POLICIES", "DEFAULT_TRACE", "ENGINE_POLICIES", "DRIFT_CACHED_POINTS", "DRIFT_COLD_LENGTHS",
            "SHIPPED_RESULT", "FixedAssignment", "GOALS", "ValidationResult",
            "compare", "engine_blocks", "engine_cluster_config", "load_result", "load_validation_trace",
            "host_steal_s", "measure_drift", "pool_runs", "save_result", "speed_probe", "PROBE_COLD_LENGTHS",
-           "PROBE_CACHED_POINTS", "PASS_ARRIVAL_ROUNDS", "fitted_for", "measured_over_fitted",
+           "PROBE_CACHED_POINTS", "PASS_ARRIVAL_ROUNDS", "measured_over_fitted",
            "pass_speed", "probe_rows",
            "head", "rescore", "score_run", "summarise", "validate"]
