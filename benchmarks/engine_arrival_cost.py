@@ -17,7 +17,12 @@ rounds the calibration needs (``calibrate.ARRIVAL_REQUESTS``, ``ARRIVAL_ROUNDS``
 Needs the engine (``make engine``). About 2 minutes; run on a quiet machine. Prints a table and
 writes ``benchmarks/results_engine_arrival.json`` (temp file + rename).
 
-Run: ``.venv/bin/python benchmarks/engine_arrival_cost.py [--k 8 12 24] [--rounds 4]``
+``--side-tokens 1056 3104`` measures arriving requests of several prompt lengths (the front end
+tokenises and hashes every prompt token on the same core), ``--side-new`` how many of their tokens
+are not cached.
+
+Run: ``.venv/bin/python benchmarks/engine_arrival_cost.py [--k 8 12 24] [--rounds 4]
+[--side-tokens 1056 3104] [--side-new 32]``
 """
 
 from __future__ import annotations
@@ -41,35 +46,53 @@ def main() -> int:
     ap.add_argument("--k", type=int, nargs="+", default=[8, 12, 24],
                     help="requests arriving during the step (default 8 12 24)")
     ap.add_argument("--rounds", type=int, default=4, help="rounds per k (default 4)")
+    ap.add_argument("--side-tokens", type=int, nargs="+", default=[1056],
+                    help="prompt length of the arriving requests, tokens (default 1056, the "
+                         "calibration's); several values measure how the cost grows with it")
+    ap.add_argument("--side-new", type=int, default=32,
+                    help="uncached tokens of each arriving request (default 32; >= the prompt "
+                         "length: none cached)")
     ap.add_argument("--out", type=Path, default=HERE / "results_engine_arrival.json")
     args = ap.parse_args()
     if any(k < 1 for k in args.k) or args.rounds < 1:
         ap.error("--k values and --rounds must be >= 1")
+    if any(n < 1 for n in args.side_tokens) or args.side_new < 1:
+        ap.error("--side-tokens and --side-new must be >= 1")
     machine = machine_start()
     rows = []
     with warm_engine() as port:
         for rnd in range(args.rounds):
-            for k in args.k:
+            for n, (k, side) in enumerate((k, side) for side in args.side_tokens for k in args.k):
                 alone, busy = measure_arrival(port, rounds=1, k=k,
-                                              salt=960_000 + 10_000 * rnd + 100 * k)
+                                              salt=960_000 + 10_000 * rnd + 200 * n,
+                                              side_tokens=side,
+                                              side_new=min(args.side_new, side))
                 per = (busy["ttft_s"] - alone["ttft_s"]) / k
-                rows.append({"round": rnd, "k": k, "alone_ttft_s": round(alone["ttft_s"], 5),
+                rows.append({"round": rnd, "k": k, "side_tokens": side,
+                             "alone_ttft_s": round(alone["ttft_s"], 5),
                              "with_k_ttft_s": round(busy["ttft_s"], 5),
                              "per_arrival_s": round(per, 6)})
-                print(f"round {rnd}  k={k:3d}  alone {alone['ttft_s']:.4f} s  with k "
-                      f"{busy['ttft_s']:.4f} s  {1e3 * per:6.2f} ms per arrival", flush=True)
+                print(f"round {rnd}  k={k:3d}  arriving {side:5d} tokens  alone {alone['ttft_s']:.4f} s"
+                      f"  with k {busy['ttft_s']:.4f} s  {1e3 * per:6.2f} ms per arrival", flush=True)
     machine["load_average_end"] = load_average()
     by_k = {}
-    print("\n  k  per arrival (mean of rounds)  sd of one round  with k / alone")
-    for k in args.k:
-        per = np.array([r["per_arrival_s"] for r in rows if r["k"] == k])
-        ratio = np.mean([r["with_k_ttft_s"] / r["alone_ttft_s"] for r in rows if r["k"] == k])
-        sd = float(np.std(per, ddof=1)) if len(per) > 1 else float("nan")
-        by_k[str(k)] = {"per_arrival_s": round(float(per.mean()), 6),
-                        "per_arrival_sd_one_round_s": round(sd, 6), "slowdown": round(float(ratio), 4)}
-        print(f"{k:3d}  {1e3 * per.mean():8.2f} ms {1e3 * sd:20.2f} ms {ratio:15.3f}")
-    doc = {"machine": machine, "args": {"k": args.k, "rounds": args.rounds}, "rows": rows,
-           "by_k": by_k}
+    print("\n  k  arriving tokens  per arrival (mean / median of rounds)  sd of one round  with k / alone")
+    for side in args.side_tokens:
+        for k in args.k:
+            mine = [r for r in rows if r["k"] == k and r["side_tokens"] == side]
+            per = np.array([r["per_arrival_s"] for r in mine])
+            ratio = np.mean([r["with_k_ttft_s"] / r["alone_ttft_s"] for r in mine])
+            sd = float(np.std(per, ddof=1)) if len(per) > 1 else float("nan")
+            key = str(k) if args.side_tokens == [1056] else f"{k}x{side}"
+            by_k[key] = {"per_arrival_s": round(float(per.mean()), 6),
+                         "per_arrival_median_s": round(float(np.median(per)), 6),
+                         "per_arrival_sd_one_round_s": round(sd, 6),
+                         "slowdown": round(float(ratio), 4)}
+            print(f"{k:3d}  {side:15d}  {1e3 * per.mean():8.2f} / {1e3 * np.median(per):6.2f} ms"
+                  f" {1e3 * sd:20.2f} ms {ratio:15.3f}")
+    doc = {"machine": machine, "args": {"k": args.k, "rounds": args.rounds,
+                                        "side_tokens": args.side_tokens, "side_new": args.side_new},
+           "rows": rows, "by_k": by_k}
     atomic_write_bytes(args.out, (json.dumps(doc, indent=1) + "\n").encode())
     print(f"wrote {args.out.name}")
     return 0

@@ -227,3 +227,43 @@ def test_validate_refuses_policies_the_real_servers_cannot_run_before_starting_a
         from btb_core.engine.replay import LiveView
         from btb_core.routers import make_router
         make_router(p).reset(LiveView(2, 32, 1024))
+
+
+class _Done:
+    def __init__(self, n_words):
+        self.ttft_s = 0.5 + 1e-4 * n_words
+        self.cached_tokens = 0
+
+
+@pytest.mark.parametrize("side_tokens, side_new, prefix_words", [(2080, 32, 2048), (1056, 1056, None)])
+def test_measure_arrival_sends_arriving_requests_of_the_asked_size(side_tokens, side_new, prefix_words,
+                                                                   monkeypatch):
+    """``--side-tokens`` / ``--side-new`` of benchmarks/engine_arrival_cost.py: the arriving
+    requests have ``side_tokens`` words, all but ``side_new`` of them a prefix sent once before
+    (none when ``side_new`` covers the prompt), and the rows say how long they were."""
+    sent = []
+
+    def fake_complete(port, model, text, max_tokens, **kw):
+        sent.append(text.split())
+        return _Done(len(sent[-1]))
+
+    monkeypatch.setattr(cal, "complete", fake_complete)
+    monkeypatch.setattr(cal.time, "sleep", lambda s: None)
+    rows = cal.measure_arrival(1, rounds=1, k=3, side_tokens=side_tokens, side_new=side_new)
+    lengths = sorted(len(t) for t in sent)
+    if prefix_words is None:
+        assert lengths == sorted([2048, 2048] + [side_tokens] * 3)
+    else:
+        assert lengths == sorted([prefix_words, 2048, 2048] + [side_tokens] * 3)
+        prefix = next(t for t in sent if len(t) == prefix_words)
+        sides = [t for t in sent if len(t) == side_tokens]
+        assert all(t[:prefix_words] == prefix for t in sides)
+        assert len({tuple(t[prefix_words:]) for t in sides}) == 3     # own tails
+    assert [(r["arrivals"], r["arrival_tokens"]) for r in rows] == [(0, 0), (3, side_tokens)]
+
+
+@pytest.mark.parametrize("side_tokens, side_new", [(1056, 0), (0, 32), (1060, 32), (4000, 4000)])
+def test_measure_arrival_refuses_sizes_it_cannot_send(side_tokens, side_new, monkeypatch):
+    monkeypatch.setattr(cal, "complete", lambda *a, **k: pytest.fail("sent a request"))
+    with pytest.raises(ValueError, match="measure_arrival"):
+        cal.measure_arrival(1, rounds=1, k=2, side_tokens=side_tokens, side_new=side_new)

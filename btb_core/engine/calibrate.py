@@ -101,12 +101,15 @@ def design_row(new_tokens: int, cached_tokens: int, chunk_tokens: int = ENGINE_C
 
 
 def measure_arrival(port: int, rounds: int = ARRIVAL_ROUNDS, k: int = ARRIVAL_REQUESTS,
-                    salt: int = 20_000, chunk_tokens: int = ENGINE_CHUNK_TOKENS) -> list[dict]:
+                    salt: int = 20_000, chunk_tokens: int = ENGINE_CHUNK_TOKENS,
+                    side_tokens: int = ARRIVAL_SIDE_TOKENS,
+                    side_new: int = ARRIVAL_SIDE_NEW) -> list[dict]:
     """Time a cold ``chunk_tokens``-token prompt (one full engine step) alone and with ``k``
     requests arriving one after another during its step, ``rounds`` times (alone first each round).
 
-    The arriving requests (:data:`ARRIVAL_SIDE_TOKENS` tokens, all but the last
-    :data:`ARRIVAL_SIDE_NEW` cached by an unrecorded request first) cannot join the step, which
+    The arriving requests (``side_tokens`` tokens, default :data:`ARRIVAL_SIDE_TOKENS`, all but the
+    last ``side_new`` (:data:`ARRIVAL_SIDE_NEW`) cached by an unrecorded request first; none
+    cached when ``side_new >= side_tokens``) cannot join the step, which
     fills the budget, so the long prompt's extra TTFT is work done on the server's core while it
     computes: ``CostModel.arrival_overhead_s`` per arrival (``benchmarks/engine_arrival_cost.py``
     measured 4.5-5.4 ms on this project's test machine). The first arrives at 5% of the same round's
@@ -118,17 +121,33 @@ def measure_arrival(port: int, rounds: int = ARRIVAL_ROUNDS, k: int = ARRIVAL_RE
     Returns
     -------
     list of dict
-        Rows of :func:`measure`'s frame with ``kind = "arrival"`` and ``arrivals`` (0 or ``k``).
+        Rows of :func:`measure`'s frame with ``kind = "arrival"``, ``arrivals`` (0 or ``k``) and
+        ``arrival_tokens`` (0 or ``side_tokens``).
+
+    Raises
+    ------
+    ValueError
+        ``side_tokens`` < 1, ``side_new`` < 1, ``side_tokens - side_new`` not a multiple of the
+        engine's block size (the cached part must be whole blocks), or more than 100 uncached blocks.
     """
     bt = ENGINE_BLOCK_TOKENS
+    if side_tokens < 1 or side_new < 1:
+        raise ValueError(f"measure_arrival: side_tokens and side_new must be >= 1, got "
+                         f"{side_tokens} and {side_new}")
+    cached = max(0, side_tokens - side_new)
+    if cached % bt:
+        raise ValueError(f"measure_arrival: side_tokens - side_new = {cached} is not a multiple of "
+                         f"the block size {bt}")
     rows = []
-    cached = ARRIVAL_SIDE_TOKENS - ARRIVAL_SIDE_NEW
     base = list(range(cached // bt))
-    nb = -(-ARRIVAL_SIDE_TOKENS // bt) - len(base)
+    nb = -(-side_tokens // bt) - len(base)
+    if nb > 100:     # each arriving request's own block ids: 100 apart
+        raise ValueError(f"measure_arrival: at most 100 uncached blocks per arriving request, got {nb}")
     long_ids = list(range(100_000, 100_000 + -(-chunk_tokens // bt)))
     for rnd in range(rounds):
         side_pb = PromptBuilder(bt, salt + 2 * rnd + 1)
-        complete(port, SERVED_MODEL_NAME, side_pb.text(base, cached), 1)
+        if cached:
+            complete(port, SERVED_MODEL_NAME, side_pb.text(base, cached), 1)
         alone = complete(port, SERVED_MODEL_NAME,
                          PromptBuilder(bt, salt + 1_000 + 2 * rnd).text(long_ids, chunk_tokens), 1)
         long_text = PromptBuilder(bt, salt + 1_001 + 2 * rnd).text(long_ids, chunk_tokens)
@@ -147,7 +166,7 @@ def measure_arrival(port: int, rounds: int = ARRIVAL_ROUNDS, k: int = ARRIVAL_RE
         sides = []
         for i in range(k):
             text = side_pb.text(base + [1_000_000 + 100 * i + j for j in range(nb)],
-                                ARRIVAL_SIDE_TOKENS)
+                                side_tokens)
             t = threading.Thread(target=send, args=(i, text), daemon=True)
             t.start()
             sides.append(t)
@@ -159,7 +178,8 @@ def measure_arrival(port: int, rounds: int = ARRIVAL_ROUNDS, k: int = ARRIVAL_RE
         for n_arr, c in ((0, alone), (k, out["long"])):
             rows.append({"kind": "arrival", "input_length": chunk_tokens,
                          "cached_tokens": c.cached_tokens, "new_tokens": chunk_tokens - c.cached_tokens,
-                         "ttft_s": c.ttft_s, "tpot_s": np.nan, "repeat": rnd, "arrivals": n_arr})
+                         "ttft_s": c.ttft_s, "tpot_s": np.nan, "repeat": rnd, "arrivals": n_arr,
+                         "arrival_tokens": side_tokens if n_arr else 0})
     return rows
 
 
