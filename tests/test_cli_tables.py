@@ -37,6 +37,14 @@ def test_render_hides_least_important_columns_first_and_says_so():
     assert text.splitlines()[-1] == f"(hidden to fit 120 columns: {'z' * 20}, {'y' * 30}; --wide shows them)"
     assert "z" * 20 not in render(df, drop=("y" * 30, "z" * 20)).splitlines()[-1]  # y alone fits
     assert render(df, wide=True) == df.to_string(index=False)
+    # many hidden columns: every one named, the note wrapped to the width
+    many = pd.DataFrame({"name": ["a"], **{f"column_number_{i:02d}": [i] for i in range(20)}})
+    drop = tuple(f"column_number_{i:02d}" for i in range(19, 0, -1))
+    text = render(many, drop=drop)
+    assert width(text) <= TABLE_WIDTH
+    note = " ".join(text.split("(hidden to fit", 1)[1].split())
+    hidden = [c for c in drop if c not in text.splitlines()[0]]
+    assert len(hidden) > 5 and all(c in note for c in hidden)
     # a single-valued column moves into a heading line
     same = pd.DataFrame({"setup": ["70b_h100x4"] * 2, "policy": ["btb", "cache_aware"]})
     assert render(same, constant=("setup",)).splitlines()[0] == "setup: 70b_h100x4"

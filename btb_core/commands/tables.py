@@ -9,6 +9,7 @@ into a heading line above it instead of repeating on every row.
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 #: Default width of a printed table (characters): a terminal split in two, a code review, a paper.
 TABLE_WIDTH = 120
@@ -57,7 +58,7 @@ def render(df, *, wide: bool = False, drop: tuple[str, ...] = (), constant: tupl
         Every column, no fitting (``--wide``).
     drop : tuple of str
         Columns that may be hidden to fit, least important first; they are hidden one at a time
-        until the table fits, and a last line names them.
+        until the table fits, and a note at the end names them (wrapped to ``max_width``).
     constant : tuple of str
         Columns that, when they hold a single value, are printed once as ``name: value`` above the
         table instead of on every row (not with ``wide``).
@@ -112,11 +113,9 @@ def render(df, *, wide: bool = False, drop: tuple[str, ...] = (), constant: tupl
             hidden.append(col)
             text = text_of(cols)
     lines = (["; ".join(head)] if head else []) + [text]
-    if hidden:
+    if hidden:   # every hidden column named, over several lines when they do not fit one
         note = f"(hidden to fit {max_width} columns: {', '.join(hidden)}; --wide shows them)"
-        if len(note) > max_width:
-            note = f"({len(hidden)} columns hidden to fit {max_width} columns; --wide shows them)"
-        lines.append(note)
+        lines.append(textwrap.fill(note, max_width, break_long_words=False, break_on_hyphens=False))
     return "\n".join(lines)
 
 

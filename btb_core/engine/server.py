@@ -341,11 +341,17 @@ class EngineCluster:
             for srv in self.servers:
                 srv.wait_ready(self.startup_timeout_s)
         except BaseException:
-            self.__exit__(None, None, None)
+            self.__exit__(*sys.exc_info())
             raise
         return self
 
     def __exit__(self, *exc) -> None:
+        if (exc and isinstance(exc[1], (KeyboardInterrupt, SystemExit))
+                and any(srv.proc is not None and srv.proc.poll() is None for srv in self.servers)):
+            # interrupted: say why nothing happens for a few seconds (each server gets up to
+            # 10 s to exit on SIGTERM; measured 11-20 s for two)
+            print(f"btb: interrupted; stopping {len(self.servers)} vLLM server(s) "
+                  f"(up to {10 * len(self.servers)} s) ...", file=sys.stderr, flush=True)
         self.stop()
         if getattr(self, "_old_term", None) is not None:
             signal.signal(signal.SIGTERM, self._old_term)
