@@ -17,9 +17,8 @@ rounds the calibration needs (``calibrate.ARRIVAL_REQUESTS``, ``ARRIVAL_ROUNDS``
 Needs the engine (``make engine``). About 2 minutes; run on a quiet machine. Prints a table and
 writes ``benchmarks/results_engine_arrival.json`` (temp file + rename).
 
-``--side-tokens 1056 3104`` measures arriving requests of several prompt lengths (the front end
-tokenises and hashes every prompt token on the same core), ``--side-new`` how many of their tokens
-are not cached.
+``--side-tokens 1056 3104`` measures arriving requests of several prompt lengths, ``--side-new`` how
+many of their tokens are not cached (README section 14: the cost grows with the cached part).
 
 Run: ``.venv/bin/python benchmarks/engine_arrival_cost.py [--k 8 12 24] [--rounds 4]
 [--side-tokens 1056 3104] [--side-new 32]``
@@ -33,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from btb_core.engine.calibrate import measure_arrival
+from btb_core.engine.calibrate import check_arrival_sizes, measure_arrival
 from btb_core.fileio import atomic_write_bytes
 
 from _machine import load_average, machine_start, warm_engine
@@ -56,8 +55,11 @@ def main() -> int:
     args = ap.parse_args()
     if any(k < 1 for k in args.k) or args.rounds < 1:
         ap.error("--k values and --rounds must be >= 1")
-    if any(n < 1 for n in args.side_tokens) or args.side_new < 1:
-        ap.error("--side-tokens and --side-new must be >= 1")
+    for side in args.side_tokens:    # refused before a server starts
+        try:
+            check_arrival_sizes(side, min(args.side_new, side) if side >= 1 else args.side_new)
+        except ValueError as exc:
+            ap.error(f"--side-tokens {side} --side-new {args.side_new}: {exc}")
     machine = machine_start()
     rows = []
     with warm_engine() as port:

@@ -100,6 +100,31 @@ def design_row(new_tokens: int, cached_tokens: int, chunk_tokens: int = ENGINE_C
             float(sum(s * c + 0.5 * s * s for s, c in steps)), float(sum(c for _, c in steps))]
 
 
+def check_arrival_sizes(side_tokens: int, side_new: int) -> tuple[int, int]:
+    """``(cached tokens, uncached blocks)`` of :func:`measure_arrival`'s arriving requests.
+
+    Raises
+    ------
+    ValueError
+        ``side_tokens`` or ``side_new`` < 1; ``side_tokens - side_new`` not a multiple of the
+        engine's block size (the cached part must be whole blocks); more than 100 uncached blocks
+        (each arriving request's own block ids are 100 apart).
+    """
+    bt = ENGINE_BLOCK_TOKENS
+    if side_tokens < 1 or side_new < 1:
+        raise ValueError(f"measure_arrival: side_tokens and side_new must be >= 1, got "
+                         f"{side_tokens} and {side_new}")
+    cached = max(0, side_tokens - side_new)
+    if cached % bt:
+        raise ValueError(f"measure_arrival: side_tokens - side_new = {cached} is not a multiple of "
+                         f"the block size {bt}")
+    nb = -(-side_tokens // bt) - cached // bt
+    if nb > 100:
+        raise ValueError(f"measure_arrival: at most 100 uncached blocks ({100 * bt} tokens) per "
+                         f"arriving request, got {nb}")
+    return cached, nb
+
+
 def measure_arrival(port: int, rounds: int = ARRIVAL_ROUNDS, k: int = ARRIVAL_REQUESTS,
                     salt: int = 20_000, chunk_tokens: int = ENGINE_CHUNK_TOKENS,
                     side_tokens: int = ARRIVAL_SIDE_TOKENS,
@@ -127,22 +152,12 @@ def measure_arrival(port: int, rounds: int = ARRIVAL_ROUNDS, k: int = ARRIVAL_RE
     Raises
     ------
     ValueError
-        ``side_tokens`` < 1, ``side_new`` < 1, ``side_tokens - side_new`` not a multiple of the
-        engine's block size (the cached part must be whole blocks), or more than 100 uncached blocks.
+        Sizes :func:`check_arrival_sizes` refuses, before any request is sent.
     """
     bt = ENGINE_BLOCK_TOKENS
-    if side_tokens < 1 or side_new < 1:
-        raise ValueError(f"measure_arrival: side_tokens and side_new must be >= 1, got "
-                         f"{side_tokens} and {side_new}")
-    cached = max(0, side_tokens - side_new)
-    if cached % bt:
-        raise ValueError(f"measure_arrival: side_tokens - side_new = {cached} is not a multiple of "
-                         f"the block size {bt}")
+    cached, nb = check_arrival_sizes(side_tokens, side_new)
     rows = []
     base = list(range(cached // bt))
-    nb = -(-side_tokens // bt) - len(base)
-    if nb > 100:     # each arriving request's own block ids: 100 apart
-        raise ValueError(f"measure_arrival: at most 100 uncached blocks per arriving request, got {nb}")
     long_ids = list(range(100_000, 100_000 + -(-chunk_tokens // bt)))
     for rnd in range(rounds):
         side_pb = PromptBuilder(bt, salt + 2 * rnd + 1)
@@ -267,7 +282,8 @@ def measure(port: int, repeats: int = 2, cold_lengths=COLD_LENGTHS, cached_point
     pandas.DataFrame
         ``kind`` (cold / cached / arrival / decode), ``input_length``, ``cached_tokens`` (as the
         engine reported), ``new_tokens``, ``ttft_s``, ``tpot_s`` (decode row only), ``repeat``,
-        ``arrivals`` (arrival rows: requests that arrived during the step; else 0).
+        ``arrivals`` (arrival rows: requests that arrived during the step; else 0),
+        ``arrival_tokens`` (their prompt length; else 0).
     """
     rows = []
     bt = ENGINE_BLOCK_TOKENS
@@ -312,7 +328,8 @@ def measure(port: int, repeats: int = 2, cold_lengths=COLD_LENGTHS, cached_point
                  "new_tokens": 512 - c.cached_tokens, "ttft_s": c.ttft_s,
                  "tpot_s": (c.end_s - c.first_token_s) / max(1, decode_tokens - 1), "repeat": 0})
     df = pd.DataFrame(rows)
-    df["arrivals"] = df["arrivals"].fillna(0).astype(int) if "arrivals" in df else 0
+    for col in ("arrivals", "arrival_tokens"):
+        df[col] = df[col].fillna(0).astype(int) if col in df else 0
     return df
 
 
