@@ -148,20 +148,37 @@ def free_port() -> int:
 
 
 def _kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(grace_s)
-    except subprocess.TimeoutExpired:
+    _kill_groups([proc], grace_s)
+
+
+def _kill_groups(procs, grace_s: float = 10.0) -> None:
+    """SIGTERM every process group in ``procs`` at once, wait up to ``grace_s`` in all for them to
+    exit, then SIGKILL the groups still running (so stopping several servers takes one grace
+    period, not one each: an open stream keeps a server's HTTP front end waiting for the whole
+    grace period)."""
+    running = []
+    for proc in procs:
+        if proc.poll() is not None:
+            continue
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
+            continue
+        running.append(proc)
+    deadline = time.monotonic() + grace_s
+    for proc in running:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for proc in running:
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
             pass
-        proc.wait(5)
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -175,8 +192,9 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
 
 
 def _stop_all() -> None:
-    for proc in list(_LIVE):
-        _kill_group(proc, 5.0)
+    procs = list(_LIVE)
+    _kill_groups(procs, 5.0)
+    for proc in procs:
         _LIVE.discard(proc)
 
 
@@ -348,18 +366,20 @@ class EngineCluster:
     def __exit__(self, *exc) -> None:
         if (exc and isinstance(exc[1], (KeyboardInterrupt, SystemExit))
                 and any(srv.proc is not None and srv.proc.poll() is None for srv in self.servers)):
-            # interrupted: say why nothing happens for a few seconds (each server gets up to
-            # 10 s to exit on SIGTERM; measured 11-20 s for two)
+            # interrupted: say why nothing happens for a few seconds (the servers get 10 s
+            # together to exit on SIGTERM, then SIGKILL and up to 5 s more)
             print(f"btb: interrupted; stopping {len(self.servers)} vLLM server(s) "
-                  f"(up to {10 * len(self.servers)} s) ...", file=sys.stderr, flush=True)
+                  f"(up to 15 s) ...", file=sys.stderr, flush=True)
         self.stop()
         if getattr(self, "_old_term", None) is not None:
             signal.signal(signal.SIGTERM, self._old_term)
             self._old_term = None
 
     def stop(self) -> None:
+        """Stop every server at once (one grace period of 10 s at most, then SIGKILL)."""
+        _kill_groups([srv.proc for srv in self.servers if srv.proc is not None])
         for srv in self.servers:
-            srv.stop()
+            srv.stop()     # already stopped: forgets the process
 
     @property
     def ports(self) -> list[int]:
