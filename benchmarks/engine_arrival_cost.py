@@ -41,7 +41,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] + " Starts one real vLLM CPU "
+                                 "server (make engine) and takes a few minutes.")
     ap.add_argument("--k", type=int, nargs="+", default=[8, 12, 24],
                     help="requests arriving during the step (default 8 12 24)")
     ap.add_argument("--rounds", type=int, default=4, help="rounds per k (default 4)")
@@ -51,7 +52,9 @@ def main() -> int:
     ap.add_argument("--side-new", type=int, default=32,
                     help="uncached tokens of each arriving request (default 32; >= the prompt "
                          "length: none cached)")
-    ap.add_argument("--out", type=Path, default=HERE / "results_engine_arrival.json")
+    ap.add_argument("--out", type=Path, default=HERE / "results_engine_arrival.json",
+                    help="JSON file to write (default benchmarks/results_engine_arrival.json, the "
+                         "shipped figures of the default run: give another path for other runs)")
     args = ap.parse_args()
     if any(k < 1 for k in args.k) or args.rounds < 1:
         ap.error("--k values and --rounds must be >= 1")
@@ -96,7 +99,7 @@ def main() -> int:
                                         "side_tokens": args.side_tokens, "side_new": args.side_new},
            "rows": rows, "by_k": by_k}
     atomic_write_bytes(args.out, (json.dumps(doc, indent=1) + "\n").encode())
-    print(f"wrote {args.out.name}")
+    print(f"wrote {args.out}")
     return 0
 
 

@@ -262,7 +262,8 @@ def test_measure_arrival_sends_arriving_requests_of_the_asked_size(side_tokens, 
     assert [(r["arrivals"], r["arrival_tokens"]) for r in rows] == [(0, 0), (3, side_tokens)]
 
 
-@pytest.mark.parametrize("side_tokens, side_new", [(1056, 0), (0, 32), (1060, 32), (4000, 4000)])
+@pytest.mark.parametrize("side_tokens, side_new", [(1056, 0), (0, 32), (1060, 32), (4000, 4000),
+                                                   (20000, 32)])
 def test_measure_arrival_refuses_sizes_it_cannot_send(side_tokens, side_new, monkeypatch):
     monkeypatch.setattr(cal, "complete", lambda *a, **k: pytest.fail("sent a request"))
     with pytest.raises(ValueError, match="measure_arrival"):

@@ -18,8 +18,9 @@ TABLE_WIDTH = 120
 def add_wide_option(parser: argparse.ArgumentParser) -> None:
     """Add ``--wide`` (print every column, however wide) to a subcommand's parser."""
     parser.add_argument("--wide", action="store_true",
-                        help=f"print every column of the tables, however wide (default: the columns "
-                             f"that fit {TABLE_WIDTH} characters; --json has every field)")
+                        help=f"print every column of the tables, however wide (default: each "
+                             f"command's main columns, fitted to {TABLE_WIDTH} characters; --json "
+                             f"has every field)")
 
 
 def width(text: str) -> int:

@@ -50,7 +50,8 @@ import pandas as pd
 from ..cost import CostModel
 from ..specs import GPUSpec, NodeSpec
 from .client import complete
-from .server import (ENGINE_BLOCK_TOKENS, ENGINE_CHUNK_TOKENS, ENGINE_KV_SPACE_GIB, SERVED_MODEL_NAME,
+from .server import (ENGINE_BLOCK_TOKENS, ENGINE_CHUNK_TOKENS, ENGINE_KV_SPACE_GIB, ENGINE_MAX_MODEL_LEN,
+                     SERVED_MODEL_NAME,
                      tiny_model_spec)
 from .text import PromptBuilder
 
@@ -107,8 +108,9 @@ def check_arrival_sizes(side_tokens: int, side_new: int) -> tuple[int, int]:
     ------
     ValueError
         ``side_tokens`` or ``side_new`` < 1; ``side_tokens - side_new`` not a multiple of the
-        engine's block size (the cached part must be whole blocks); more than 100 uncached blocks
-        (each arriving request's own block ids are 100 apart).
+        engine's block size (the cached part must be whole blocks); a prompt longer than the
+        servers accept (``ENGINE_MAX_MODEL_LEN``); more than 100 uncached blocks (each arriving
+        request's own block ids are 100 apart).
     """
     bt = ENGINE_BLOCK_TOKENS
     if side_tokens < 1 or side_new < 1:
@@ -118,6 +120,9 @@ def check_arrival_sizes(side_tokens: int, side_new: int) -> tuple[int, int]:
     if cached % bt:
         raise ValueError(f"measure_arrival: side_tokens - side_new = {cached} is not a multiple of "
                          f"the block size {bt}")
+    if side_tokens + 1 > ENGINE_MAX_MODEL_LEN:
+        raise ValueError(f"measure_arrival: side_tokens {side_tokens} + 1 output token exceeds the "
+                         f"servers' --max-model-len {ENGINE_MAX_MODEL_LEN}")
     nb = -(-side_tokens // bt) - cached // bt
     if nb > 100:
         raise ValueError(f"measure_arrival: at most 100 uncached blocks ({100 * bt} tokens) per "
