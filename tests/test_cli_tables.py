@@ -75,6 +75,17 @@ def test_audit_fits_and_wide_shows_every_column(capsys):
     assert "window_start_s" in wide
 
 
+def test_audit_fits_with_a_long_trace_name(head, tmp_path, capsys):
+    """A long file name widened the burstiness table past 120 (found by a helper): it hides its
+    least important columns and says so; the fan-out title wraps."""
+    long = tmp_path / ("a_trace_with_a_rather_long_file_name_" + "x" * 24 + ".jsonl")
+    long.write_text(head.read_text())
+    text = _out(capsys, ["audit", str(long), str(AZURE), "--exclude-sessions"])
+    assert width(text) <= TABLE_WIDTH
+    assert "(hidden to fit 120 columns: zero_bins_frac" in text
+    assert "zero_bins_frac" in _out(capsys, ["audit", str(long), str(AZURE), "--wide"])
+
+
 def test_replay_trace_modes_fit(head, capsys):
     one = _out(capsys, ["replay", "--trace", str(head), "--policy", "cache_aware"])
     assert width(one) <= TABLE_WIDTH

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import textwrap
 
 import pandas as pd
 
@@ -20,7 +21,7 @@ from ..audit import DEFAULT_BIN_S, DEFAULT_DEPTH_TOKENS, DEFAULT_WINDOW_S, burst
 from ..errors import ConfigError
 from ..fileio import jsonable
 from ..trace import FORMATS, load_trace
-from .tables import add_wide_option, render
+from .tables import TABLE_WIDTH, add_wide_option, render
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -84,13 +85,14 @@ def run(args: argparse.Namespace) -> int:
     show["eligible_requests"] = show["eligible_requests"].astype(object).where(
         show["eligible_requests"].notna(), "")
     mode = "excluding earlier turns" if args.exclude_sessions else "all requests"
-    print(f"Deep-prefix fan-out ({mode}): max requests sharing the first depth_tokens tokens "
-          f"within window_s seconds")
+    print(textwrap.fill(f"Deep-prefix fan-out ({mode}): max requests sharing the first "
+                        f"depth_tokens tokens within window_s seconds", TABLE_WIDTH))
     print(render(show, wide=args.wide, drop=("window_start_s", "eligible_requests", "keys_at_max")))
     for name, note in fan.loc[fan["note"] != "", ["trace", "note"]].drop_duplicates().itertuples(
             index=False):
         print(f"note: {name}: deep-prefix fan-out {note}")
     print()
     print("Burstiness: requests per second, peak bin vs mean")
-    print(render(burst, wide=args.wide, float_format=lambda x: f"{x:.3g}"))
+    print(render(burst, wide=args.wide, float_format=lambda x: f"{x:.3g}",
+                 drop=("zero_bins_frac", "bins", "cv")))
     return 0
