@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -176,3 +178,16 @@ def test_ratio_columns_stay_floats_when_every_ratio_is_whole():
     lines = render(df, float_format="%.3f", floats=("mean_ratio",)).splitlines()
     assert lines[1].split() == ["btb", "2", "1.000"]
     assert render(df, float_format="%.3f").splitlines()[1].split() == ["btb", "2", "1"]
+
+
+def test_replay_block_tokens_reads_a_trace_of_another_block_size(capsys):
+    """`btb replay --block-tokens 32` replays the engine validation trace (32-token blocks),
+    which the Mooncake default of 512 refuses with a hint; dataset mode refuses the option."""
+    engine = DATA_DIR / "traces" / "engine_validation" / "engine_validation.jsonl"
+    assert main(["replay", "--trace", str(engine)]) != 0
+    assert "--block-tokens 32" in capsys.readouterr().err
+    out = json.loads(_out(capsys, ["replay", "--trace", str(engine), "--block-tokens", "32",
+                                   "--json"]))
+    assert out["requests"] == 84 and out["ttft_mean_s"] > 0
+    assert main(["replay", "--dataset", "x", "--block-tokens", "32"]) != 0
+    assert "--block-tokens is for --trace" in capsys.readouterr().err

@@ -142,6 +142,20 @@ def test_hash_ids_inconsistent_with_block_count(tmp_path):
         load_mooncake(p)
 
 
+def test_a_trace_of_another_block_size_is_named_in_the_error(tmp_path):
+    """Every row fits 32-token blocks: the error says so and how to load it; no hint when no
+    block size fits every row (the row above)."""
+    p = write_jsonl(tmp_path / "t.jsonl", [mc(inp=100, hids=[0, 1, 2, 3]), mc(inp=64, hids=[0, 1])])
+    with pytest.raises(TraceError, match=r"line 1: .* needs ceil\(100 / 512\) = 1 blocks \(every row "
+                                         r"fits 32-token blocks: give block_tokens=32, `btb replay "
+                                         r"--block-tokens 32`\)"):
+        load_mooncake(p)
+    assert list(load_trace(p, block_tokens=32).input_length) == [100, 64]
+    with pytest.raises(TraceError) as info:
+        load_mooncake(write_jsonl(tmp_path / "u.jsonl", [mc(), mc(inp=1025, hids=[0, 1])]))
+    assert "every row fits" not in str(info.value)
+
+
 def test_hash_ids_not_a_list(tmp_path):
     p = write_jsonl(tmp_path / "t.jsonl", [mc(), {**mc(), "hash_ids": 7}])
     with pytest.raises(TraceError, match=r"line 2: field 'hash_ids' = 7: must be a list"):

@@ -37,6 +37,9 @@ def register(sub) -> None:
                        description=__doc__)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", type=Path, help="a trace file (Mooncake JSONL, ART, Bursted parquet/dir, Azure CSV)")
+    p.add_argument("--block-tokens", type=int, default=None, metavar="N",
+                   help="tokens per hash id of --trace (default: its format's, 512 for Mooncake "
+                        "JSONL; the engine validation trace in data/traces/engine_validation has 32)")
     src.add_argument("--dataset", type=Path, help="a Bursted dataset directory (experiment mode)")
     p.add_argument("--split", default="test", help="dataset split (experiment mode; default test)")
     p.add_argument("--policy", nargs="+", default=["cache_aware"],
@@ -203,6 +206,10 @@ def _check_session_args(args) -> None:
         raise ConfigError(f"--think-s {args.think_s}: must be a number >= 0 (seconds)")
     if args.events is not None and args.dataset is not None:
         raise ConfigError("--events applies to one continuous run; use it with --trace, not --dataset")
+    if args.block_tokens is not None and args.dataset is not None:
+        raise ConfigError("--block-tokens is for --trace; a Bursted dataset records its own block size")
+    if args.block_tokens is not None and args.block_tokens < 1:
+        raise ConfigError(f"--block-tokens {args.block_tokens}: must be >= 1 tokens")
     if args.events is not None and "sglang_gateway" in (args.policy or []):
         raise ConfigError("--events: the real gateway (sglang_gateway) routes over a fixed set of "
                           "workers; cluster events are not supported with it")
@@ -249,7 +256,7 @@ def run(args) -> int:
 
     if args.out is not None:
         _check_out(args.out, args.overwrite)     # before the replay, not after it
-    trace = load_trace(args.trace)
+    trace = load_trace(args.trace, block_tokens=args.block_tokens)
     trace.require_prefix_info("replay (prefix caching and routing)")
     if getattr(trace, "group_column", None):
         n = trace.table[trace.group_column].nunique()
@@ -342,7 +349,7 @@ def _run_trace_many(args) -> int:
 
     check_names(policies=args.policy, setups=args.setup, where="btb replay: ")
     params = _params_by_policy(args.policy, args.router_param)
-    trace = load_trace(args.trace)
+    trace = load_trace(args.trace, block_tokens=args.block_tokens)
     trace.require_prefix_info("replay (prefix caching and routing)")
     if getattr(trace, "group_column", None):
         where = args.trace if args.trace.is_dir() else args.trace.parent

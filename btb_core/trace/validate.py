@@ -278,9 +278,14 @@ def make_trace(arrival_s: Any, input_length: Any, output_length: Any, hash_ids: 
         bad = got != expected
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
+            # a trace of another block size: say which one fits every row
+            fits = [b for b in (2 ** k for k in range(4, 17))
+                    if b != block_tokens and np.array_equal(-(-inp // b), got)]
+            hint = (f" (every row fits {fits[0]}-token blocks: give block_tokens={fits[0]}, "
+                    f"`btb replay --block-tokens {fits[0]}`)" if fits else "")
             raise TraceError(f"{where(i)}: field 'hash_ids' has {int(got[i])} ids but input_length = "
                              f"{int(inp[i])} needs ceil({int(inp[i])} / {block_tokens}) = "
-                             f"{int(expected[i])} blocks")
+                             f"{int(expected[i])} blocks{hint}")
     if request_id is None:
         rid = np.arange(n, dtype=np.int64)
     else:
