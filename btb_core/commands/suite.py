@@ -17,7 +17,8 @@ def register(sub) -> None:
     p.add_argument("--policies", nargs="+", default=None, metavar="POLICY",
                    help="policies to run (default: every policy)")
     p.add_argument("--shapes", nargs="+", default=None, metavar="SHAPE",
-                   help="shapes to run (default: the whole suite)")
+                   help="shapes to run (default: the whole suite, 14 shapes; README section 13 "
+                        "describes them, and an unknown name prints their list)")
     p.add_argument("--scale", type=float, default=1.0,
                    help="multiply every shape's duration (fewer requests at the same rates; default 1)")
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
