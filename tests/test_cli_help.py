@@ -81,3 +81,11 @@ def test_example_grid_ships_and_readme_uses_it():
     assert ".." not in Path(grid.dataset).parts and ".." not in Path(grid.out).parts
     assert Path(grid.out) == REPO_ROOT / "build" / "sweeps" / "example"
     assert "btb sweep --grid examples/sweep_grid.yaml" in (REPO_ROOT / "README.md").read_text()
+
+
+def test_suite_help_counts_the_shapes_there_are():
+    from btb_core.suite import SHAPES
+
+    _, subs = _subparsers()
+    text = " ".join(subs["suite"].format_help().split())
+    assert f"the whole suite, {len(SHAPES)} shapes" in text
