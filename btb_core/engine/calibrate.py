@@ -151,8 +151,7 @@ def measure_arrival(port: int, rounds: int = ARRIVAL_ROUNDS, k: int = ARRIVAL_RE
     Returns
     -------
     list of dict
-        Rows of :func:`measure`'s frame with ``kind = "arrival"``, ``arrivals`` (0 or ``k``) and
-        ``arrival_tokens`` (0 or ``side_tokens``).
+        Rows of :func:`measure`'s frame with ``kind = "arrival"`` and ``arrivals`` (0 or ``k``).
 
     Raises
     ------
@@ -198,8 +197,7 @@ def measure_arrival(port: int, rounds: int = ARRIVAL_ROUNDS, k: int = ARRIVAL_RE
         for n_arr, c in ((0, alone), (k, out["long"])):
             rows.append({"kind": "arrival", "input_length": chunk_tokens,
                          "cached_tokens": c.cached_tokens, "new_tokens": chunk_tokens - c.cached_tokens,
-                         "ttft_s": c.ttft_s, "tpot_s": np.nan, "repeat": rnd, "arrivals": n_arr,
-                         "arrival_tokens": side_tokens if n_arr else 0})
+                         "ttft_s": c.ttft_s, "tpot_s": np.nan, "repeat": rnd, "arrivals": n_arr})
     return rows
 
 
@@ -287,8 +285,7 @@ def measure(port: int, repeats: int = 2, cold_lengths=COLD_LENGTHS, cached_point
     pandas.DataFrame
         ``kind`` (cold / cached / arrival / decode), ``input_length``, ``cached_tokens`` (as the
         engine reported), ``new_tokens``, ``ttft_s``, ``tpot_s`` (decode row only), ``repeat``,
-        ``arrivals`` (arrival rows: requests that arrived during the step; else 0),
-        ``arrival_tokens`` (their prompt length; else 0).
+        ``arrivals`` (arrival rows: requests that arrived during the step; else 0).
     """
     rows = []
     bt = ENGINE_BLOCK_TOKENS
@@ -333,8 +330,7 @@ def measure(port: int, repeats: int = 2, cold_lengths=COLD_LENGTHS, cached_point
                  "new_tokens": 512 - c.cached_tokens, "ttft_s": c.ttft_s,
                  "tpot_s": (c.end_s - c.first_token_s) / max(1, decode_tokens - 1), "repeat": 0})
     df = pd.DataFrame(rows)
-    for col in ("arrivals", "arrival_tokens"):
-        df[col] = df[col].fillna(0).astype(int) if col in df else 0
+    df["arrivals"] = df["arrivals"].fillna(0).astype(int) if "arrivals" in df else 0
     return df
 
 

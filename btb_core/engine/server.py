@@ -147,10 +147,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
-    _kill_groups([proc], grace_s)
-
-
 def _kill_groups(procs, grace_s: float = 10.0) -> None:
     """SIGTERM every process group in ``procs`` at once, wait up to ``grace_s`` in all for them to
     exit, then SIGKILL the groups still running (so stopping several servers takes one grace
@@ -298,7 +294,7 @@ class EngineServer:
 
     def stop(self) -> None:
         if self.proc is not None:
-            _kill_group(self.proc)
+            _kill_groups([self.proc])
             _LIVE.discard(self.proc)
 
 

@@ -255,7 +255,7 @@ def speed_probe(ports, fitted: cal.FittedEngine, salt: int) -> float:
     machine's speed at the time of the run, which the simulator cannot know, measured on requests
     that are not the replay's. It cannot follow changes within a replay.
     """
-    return float(np.median(measured_over_fitted(probe_rows(ports, salt), fitted)))
+    return speed_of(probe_rows(ports, salt), fitted)
 
 
 def probe_rows(ports, salt: int, cold_lengths=PROBE_COLD_LENGTHS,
@@ -276,6 +276,20 @@ def measured_over_fitted(rows: pd.DataFrame, fitted: cal.FittedEngine) -> np.nda
     return rows["ttft_s"].to_numpy() / pred
 
 
+def speed_of(rows: pd.DataFrame, fitted: cal.FittedEngine) -> float:
+    """The median over ``rows``' cold and cached requests of measured / fitted TTFT: how fast the
+    engine ran when they were measured, against the fit (1.10 = 10% slower)."""
+    return float(np.median(measured_over_fitted(rows, fitted)))
+
+
+def drift_of(rows: pd.DataFrame, fitted: cal.FittedEngine, busy_servers: int) -> dict:
+    """``calibration_drift`` (:func:`speed_of` ``rows`` - 1), ``drift_requests`` and
+    ``drift_busy_servers`` of calibration rows measured at the end of a validation."""
+    return {"calibration_drift": speed_of(rows, fitted) - 1.0,
+            "drift_requests": int(rows["kind"].isin(("cold", "cached")).sum()),
+            "drift_busy_servers": int(busy_servers)}
+
+
 #: Calibration points re-measured after the replays (:func:`measure_drift`).
 DRIFT_COLD_LENGTHS = (1024, 2048)
 DRIFT_CACHED_POINTS = ((4096, 1024),)
@@ -291,10 +305,9 @@ def measure_drift(ports, fitted: cal.FittedEngine, salt: int) -> dict:
     measured / fitted TTFT, minus 1: positive = the engine ran slower at the end than the fit
     says), ``drift_requests`` and ``drift_busy_servers``.
     """
-    ratio = measured_over_fitted(probe_rows(ports, salt, DRIFT_COLD_LENGTHS, DRIFT_CACHED_POINTS,
-                                            decode_tokens=32), fitted)
-    return {"calibration_drift": float(np.median(ratio) - 1.0), "drift_requests": int(len(ratio)),
-            "drift_busy_servers": len(list(ports))}
+    ports = list(ports)
+    return drift_of(probe_rows(ports, salt, DRIFT_COLD_LENGTHS, DRIFT_CACHED_POINTS,
+                               decode_tokens=32), fitted, len(ports))
 
 
 @dataclass
@@ -451,8 +464,7 @@ def pass_speed(calibration: pd.DataFrame, fitted: cal.FittedEngine) -> list[floa
     to the fit (1.10 = that pass measured 10% slower)."""
     if "pass" not in calibration:
         calibration = calibration.assign(**{"pass": 0})
-    return [float(np.median(measured_over_fitted(g, fitted)))
-            for _, g in calibration.groupby("pass", sort=True)]
+    return [speed_of(g, fitted) for _, g in calibration.groupby("pass", sort=True)]
 
 
 def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: int = 2,
@@ -626,7 +638,7 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
             for rep, policy, real, wall, steal, probes in done:
                 factor = None
                 if probes is not None:
-                    before, after = (float(np.median(measured_over_fitted(r, fitted))) for r in probes)
+                    before, after = (speed_of(r, fitted) for r in probes)
                     factor = 0.5 * (before + after)
                     say(f"{n} server(s) {policy:12s}: speed probe {before:.3f} before, "
                         f"{after:.3f} after (measured / fitted TTFT)")
@@ -647,9 +659,7 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
                              **pool_runs(runs[policy], sums[policy])})
             if drift_check and recalibrate and n == n_servers:
                 last = mine[mine["pass"] == mine["pass"].max()]
-                drift = {"calibration_drift": float(np.median(measured_over_fitted(last, fit0)) - 1.0),
-                         "drift_requests": int(last["kind"].isin(("cold", "cached")).sum()),
-                         "drift_busy_servers": n}
+                drift = drift_of(last, fit0, n)
         if drift_check and not recalibrate:
             say("re-measuring calibration points (speed drift since calibration) ...")
             drift = measure_drift(cluster.ports[:n_servers], cal.fit_for(calibration, n_servers, points),
@@ -673,6 +683,6 @@ __all__ = ["DEFAULT_POLICIES", "DEFAULT_TRACE", "ENGINE_POLICIES", "DRIFT_CACHED
            "SHIPPED_RESULT", "FixedAssignment", "GOALS", "ValidationResult",
            "compare", "engine_blocks", "engine_cluster_config", "load_result", "load_validation_trace",
            "host_steal_s", "measure_drift", "pool_runs", "save_result", "speed_probe", "PROBE_COLD_LENGTHS",
-           "PROBE_CACHED_POINTS", "PASS_ARRIVAL_ROUNDS", "measured_over_fitted",
+           "PROBE_CACHED_POINTS", "PASS_ARRIVAL_ROUNDS", "drift_of", "measured_over_fitted", "speed_of",
            "pass_speed", "probe_rows",
            "head", "rescore", "score_run", "summarise", "validate"]
