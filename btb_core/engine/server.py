@@ -197,6 +197,51 @@ def _stop_all() -> None:
 atexit.register(_stop_all)
 
 
+#: Roles of a vLLM CPU server's processes by ``/proc/PID/comm`` (the group leader is the API server:
+#: HTTP, tokenising, detokenising, streaming); vLLM 0.32 names its engine processes so.
+PROCESS_ROLES = {"VLLM::EngineCor": "engine_core", "VLLM::Worker": "worker"}
+
+
+def process_group_cpu_s(pgid: int, proc_root: str = "/proc") -> dict[str, float]:
+    """CPU seconds used so far by each process of process group ``pgid``, summed by role.
+
+    Roles: ``"api"`` (the group leader: vLLM's API server), ``"engine_core"`` (the scheduler
+    process), ``"worker"`` (the model executor), ``"other"`` (anything else in the group). Times
+    are the kernel's per-thread run time (``/proc/PID/task/TID/schedstat``, first field, in
+    nanoseconds), so every thread of a process counts, to the nanosecond. Processes that end
+    between two calls drop out of the sum: compare two calls around a span in which none ends.
+
+    Returns ``{}`` where ``/proc`` has no such files (not Linux). Raises nothing for processes that
+    vanish while being read.
+    """
+    out: dict[str, float] = {}
+    try:
+        entries = os.listdir(proc_root)
+    except OSError:
+        return out
+    for name in entries:
+        if not name.isdigit():
+            continue
+        base = f"{proc_root}/{name}"
+        try:
+            with open(f"{base}/stat") as f:
+                stat = f.read()
+            # fields after the ")" that closes comm: state, ppid, pgrp, ...
+            if int(stat.rpartition(")")[2].split()[2]) != pgid:
+                continue
+            with open(f"{base}/comm") as f:
+                comm = f.read().strip()
+            ns = 0
+            for tid in os.listdir(f"{base}/task"):
+                with open(f"{base}/task/{tid}/schedstat") as f:
+                    ns += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        role = "api" if int(name) == pgid else PROCESS_ROLES.get(comm, "other")
+        out[role] = out.get(role, 0.0) + ns / 1e9
+    return out
+
+
 class EngineServer:
     """One vLLM server process group (see the module docstring for its flags)."""
 
@@ -291,6 +336,12 @@ class EngineServer:
                     except ValueError:
                         pass
         return out
+
+    def process_cpu_s(self) -> dict[str, float]:
+        """CPU seconds so far of the server's processes by role (:func:`process_group_cpu_s`;
+        ``{}`` before :meth:`start`). The server runs in a process group of its own whose leader
+        is the API server (``taskset`` execs it)."""
+        return {} if self.proc is None else process_group_cpu_s(self.proc.pid)
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -387,5 +438,5 @@ class EngineCluster:
 
 __all__ = ["ENGINE_BLOCK_TOKENS", "ENGINE_CHUNK_TOKENS", "ENGINE_KV_SPACE_GIB", "ENGINE_MAX_RUNNING",
            "EngineCluster", "EngineError", "EngineNotInstalled", "EngineServer", "INSTALL_HINT",
-           "SERVED_MODEL_NAME", "build_tiny_model", "engine_available", "engine_python",
-           "require_engine", "tiny_model_spec"]
+           "PROCESS_ROLES", "SERVED_MODEL_NAME", "build_tiny_model", "engine_available",
+           "engine_python", "process_group_cpu_s", "require_engine", "tiny_model_spec"]
