@@ -14,7 +14,7 @@ worker (the model). This script reads each one's CPU time from the kernel
    ``btb validate-engine --replicas 1`` does): makespan (last first token) and mean TTFT, real and
    simulated, and the API server's CPU per request against the fit's ``arrival_overhead_s``.
 
-Needs the engine (``make engine``); starts one server; about 8 minutes; run on a quiet machine.
+Needs the engine (``make engine``); starts one server; about 4 minutes; run on a quiet machine.
 Prints a table and writes ``benchmarks/results_engine_process_cpu.json`` (temp file + rename).
 
 Run: ``.venv/bin/python benchmarks/engine_process_cpu.py [--lone 8] [--replays 3] [--idle-s 5]``
@@ -43,7 +43,7 @@ def _delta(a: dict, b: dict) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] + " Starts one real vLLM CPU "
-                                 "server (make engine) and takes about 8 minutes.")
+                                 "server (make engine) and takes about 4 minutes.")
     ap.add_argument("--lone", type=int, default=8, help="lone requests of each kind (default 8)")
     ap.add_argument("--replays", type=int, default=3, help="replays of the validation trace (default 3)")
     ap.add_argument("--idle-s", type=float, default=5.0, help="idle span measured, s (default 5)")
@@ -69,7 +69,7 @@ def main() -> int:
     with EngineCluster(1) as cluster:
         server = cluster.servers[0]
         port = cluster.ports[0]
-        print("calibrating (about 3 minutes) ...", flush=True)
+        print("calibrating (about 2 minutes) ...", flush=True)
         calibration = cal.measure(port, repeats=2)
         fit = cal.fit_cost(calibration)
         out["fit"] = fit.as_dict()
