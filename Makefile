@@ -19,7 +19,7 @@ ENGINE_STAMP := $(ENGINE_VENV)/.installed
 ## source; a setting uv cannot take sends the install to pip. When uv cannot be installed or its
 ## install fails, pip does the same install (uv's network timeout is 15 s unless UV_HTTP_TIMEOUT
 ## says otherwise, so a silent index fails over in about a minute). The engine venv goes the same
-## way (40 s with uv against ~90 s with pip; its CPU torch, 2.13.0+cpu, comes from pip's
+## way (40-70 s with uv against ~90 s with pip; its CPU torch, 2.13.0+cpu, comes from pip's
 ## find-links under either).
 SPEC := -e '.[dev,gateway]'
 LAB_SPEC := -e '.[dev,gateway,lab]'

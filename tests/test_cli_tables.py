@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
 
 from btb_core.cli import COMMANDS, build_parser, main
-from btb_core.commands.tables import TABLE_WIDTH, render, width
+from btb_core.commands.tables import TABLE_WIDTH, more_columns_note, render, width
 from btb_core.paths import DATA_DIR
 
 from test_experiment_sweep import BT, PREFIX_BLOCKS, dataset  # noqa: F401  (fixture)
@@ -27,6 +28,24 @@ def head(tmp_path_factory):
     path = tmp_path_factory.mktemp("t") / "head.jsonl"
     path.write_text("\n".join(CONV.read_text().splitlines()[:200]) + "\n")
     return path
+
+
+def _note(text: str) -> str:
+    """The "(N more columns with --wide: ...)" note of a command's output, unwrapped."""
+    flat = " ".join(text.split())
+    match = re.search(r"\(\d+ more columns? with --wide: [^)]*\)", flat)
+    assert match, text
+    return match.group(0)
+
+
+def test_more_columns_note_names_what_the_table_leaves_out_in_order():
+    assert more_columns_note(["a", "b", "c"], ["a", "b", "c"]) == ""
+    assert more_columns_note(["a", "b", "c"], ["b"]) == "(2 more columns with --wide: a, c)"
+    assert more_columns_note(["a", "b"], ["a"]) == "(1 more column with --wide: b)"
+    many = [f"result_field_{i:02d}" for i in range(20)]
+    text = more_columns_note(many, [])
+    assert width(text) <= TABLE_WIDTH and len(text.splitlines()) > 1
+    assert " ".join(text.split()).count("result_field_") == 20
 
 
 def test_render_hides_least_important_columns_first_and_says_so():
@@ -97,7 +116,13 @@ def test_replay_trace_modes_fit(head, capsys):
     text = _out(capsys, many)
     assert width(text) <= TABLE_WIDTH
     assert text.count("btb_adaptive") == 2  # one row per (setup, policy)
+    note = _note(text)
+    assert "more columns with --wide:" in note and "rdma_bytes" in note
+    named = set(note.split(": ", 1)[1].rstrip(")").split(", "))
+    assert "hit_fraction" not in named and "scheduler" not in named   # shown, or in the heading
+    assert "hit_fraction_hbm" in named and len(named) == int(note[1:].split()[0])
     wide = _out(capsys, many + ["--wide"])
+    assert "more column" not in wide
     assert width(wide) > TABLE_WIDTH and "recomputed_prefill_tokens" in wide
 
 
@@ -108,11 +133,14 @@ def test_replay_dataset_mode_fits_and_wide_has_every_column(dataset, capsys):  #
     text = _out(capsys, argv)
     assert width(text) <= TABLE_WIDTH, text
     assert "speedup_vs_cache_aware" in text and "qwen3_8b_h100x4" in text and "--wide" in text
+    note = _note(text)
+    assert "prompt_tokens" in note and "rdma_bytes" in note and "speedup_vs_cache_aware" not in note
     wide = _out(capsys, argv + ["--wide"])
     header = next(line for line in wide.splitlines() if "policy" in line)
     for col in ("setup", "scheduler", "requests", "ttft_p50_s", "ttft_p99_s",
-                "recomputed_prefill_tokens"):
+                "recomputed_prefill_tokens", "rdma_bytes", "prompt_tokens"):   # every result field
         assert col in header
+    assert "more column" not in wide
     assert width(wide) > TABLE_WIDTH
 
 
@@ -133,6 +161,7 @@ def test_suite_table_fits(capsys):
                          "p64k_long_suffix", "trickle", "--scale", "0.1"])
     assert width(text) <= TABLE_WIDTH
     assert "p64k_long_suffix" in text and "mean_ratio" in text
+    assert "more columns with --wide:" in _note(text)
 
 
 def test_gateway_check_tables_fit(capsys):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..fileio import atomic_write_bytes, jsonable
-from .tables import add_wide_option, render
+from .tables import add_wide_option, more_columns_note, render
 
 
 def _setup_names() -> list[str]:
@@ -188,9 +188,12 @@ def _run_dataset(args) -> int:
     if args.json:
         print(json.dumps({"results": jsonable(res.results.to_dict("records"))}, indent=2))
     else:
-        table = res.results[[c for c in DATASET_TABLE if c in res.results]]
+        main = [c for c in DATASET_TABLE if c in res.results]
+        table = res.results if args.wide else res.results[main]
         print(render(table, wide=args.wide, group=("setup", "scheduler"), drop=DATASET_HIDE,
                      float_format="%.3f"))
+        if not args.wide and (note := more_columns_note(res.results.columns, main)):
+            print(note)
         if "continuous" in res.info:
             print("\ncontinuous run:")
             print(render(res.info["continuous"][["setup", "scheduler", "policy", "ttft_mean_s",
@@ -376,4 +379,7 @@ def _run_trace_many(args) -> int:
             cols = [c for c in TRACE_TABLE if c in df]
         print(render(df[cols], wide=args.wide, constant=("setup",), drop=TRACE_HIDE,
                      float_format="%.3f"))
+        if not args.wide and (note := more_columns_note(
+                [c for c in df.columns if c not in ("trace", "replicas", "scheduler", "seed")], cols)):
+            print(note)
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ..fileio import jsonable
-from .tables import add_wide_option, render
+from .tables import add_wide_option, more_columns_note, render
 
 
 def register(sub) -> None:
@@ -46,4 +46,7 @@ def run(args) -> int:
     floats = tuple(c for c in cols if summary[c].dtype.kind == "f")   # measured: never "1"
     print(render(summary[cols], wide=args.wide, drop=("copies_unused", "copies"),
                  float_format="%.3f", floats=floats))
+    if not args.wide and (note := more_columns_note(
+            [c for c in summary.columns if summary[c].dtype != object], cols)):
+        print(note)
     return 0

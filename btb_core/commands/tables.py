@@ -120,4 +120,16 @@ def render(df, *, wide: bool = False, drop: tuple[str, ...] = (), constant: tupl
     return "\n".join(lines)
 
 
-__all__ = ["TABLE_WIDTH", "add_wide_option", "render", "width"]
+def more_columns_note(all_columns, shown, max_width: int = TABLE_WIDTH) -> str:
+    """A note naming the fields of a result that its table does not show (a command's main
+    columns), wrapped to ``max_width``; ``""`` when it shows them all. Columns hidden *to fit*
+    are named by :func:`render` itself."""
+    shown = set(shown)
+    more = [c for c in all_columns if c not in shown]
+    if not more:
+        return ""
+    note = f"({len(more)} more column{'s' if len(more) != 1 else ''} with --wide: {', '.join(more)})"
+    return textwrap.fill(note, max_width, break_long_words=False, break_on_hyphens=False)
+
+
+__all__ = ["TABLE_WIDTH", "add_wide_option", "more_columns_note", "render", "width"]
