@@ -12,7 +12,10 @@ worker (the model). This script reads each one's CPU time from the kernel
 3. ``--replays`` replays of the engine validation trace (84 requests) routed to the one server,
    each compared with the simulator fitted to a calibration made just before (as
    ``btb validate-engine --replicas 1`` does): makespan (last first token) and mean TTFT, real and
-   simulated, and the API server's CPU per request against the fit's ``arrival_overhead_s``.
+   simulated, the API server's CPU per request against the fit's ``arrival_overhead_s``, and the
+   engine steps and tokens they took: the engine's own count (``/metrics``:
+   ``vllm:iteration_tokens_total``, one observation per step) against the simulator's (its
+   chunked scheduler's operations, counted by wrapping its ``op_done`` in this script).
 
 Needs the engine (``make engine``); starts one server; about 4 minutes; run on a quiet machine.
 Prints a table and writes ``benchmarks/results_engine_process_cpu.json`` (temp file + rename).
@@ -35,6 +38,32 @@ HERE = Path(__file__).resolve().parent
 LONE = (("cold", 512, 0), ("cold", 1024, 0), ("cold", 2048, 0),
         ("cached", 1024, 992), ("cached", 2048, 1984))
 ROLES = ("api", "engine_core", "worker", "other")
+#: vLLM's per-step token histogram: its count is the number of engine steps, its sum their tokens.
+STEPS, TOKENS = "vllm:iteration_tokens_total_count", "vllm:iteration_tokens_total_sum"
+
+
+#: The simulator's engine steps and tokens, counted by :func:`_count_sim_steps` (reset per replay).
+SIM_STEPS = {"steps": 0, "tokens": 0}
+
+
+def _count_sim_steps() -> None:
+    """Wrap the simulator's chunked scheduler so that each finished operation adds its steps
+    (one per ``iter``, ``k`` per decode ``stretch``) and scheduled tokens to :data:`SIM_STEPS`.
+    A measurement hook of this script only: the simulator itself does not count them."""
+    from btb_core.sim.schedulers.chunked import Chunked
+
+    done = Chunked.op_done
+
+    def op_done(self, sim, rep, kind, data):
+        if kind == "iter":
+            SIM_STEPS["steps"] += 1
+            SIM_STEPS["tokens"] += sum(c for _, c in data) + rep.n_decode
+        elif kind == "stretch":      # (decodes, context tokens, steps)
+            SIM_STEPS["steps"] += data[2]
+            SIM_STEPS["tokens"] += data[0] * data[2]
+        return done(self, sim, rep, kind, data)
+
+    Chunked.op_done = op_done
 
 
 def _delta(a: dict, b: dict) -> dict:
@@ -62,6 +91,7 @@ def main() -> int:
     from btb_core.engine.validation import compare, load_validation_trace
     from btb_core.routers import make_router
 
+    _count_sim_steps()
     machine = machine_start()
     bt = ENGINE_BLOCK_TOKENS
     out: dict = {"machine": machine, "args": {k: (str(v) if isinstance(v, Path) else v)
@@ -111,11 +141,15 @@ def main() -> int:
         n_req = len(trace.table)
         out["replays"] = []
         for rep in range(args.replays):
+            m0 = server.metrics()
             a = server.process_cpu_s()
             t0 = time.perf_counter()
             real = replay(trace, make_router("round_robin"), [port], salt=890_000 + 1_000 * rep)
             wall = time.perf_counter() - t0
             cpu = _delta(a, server.process_cpu_s())
+            time.sleep(0.5)          # the last step's statistics reach /metrics
+            m1 = server.metrics()
+            SIM_STEPS.update(steps=0, tokens=0)
             cmp = compare(real, trace, fit, 1)
             sent = real["sent_s"].to_numpy()
             row = {"replay": rep, "requests": n_req, "wall_s": round(wall, 4), "cpu_s": cpu,
@@ -125,7 +159,11 @@ def main() -> int:
                    "ttft_mean_real_s": float(real["ttft_s"].mean()),
                    "ttft_mean_sim_s": float(cmp["sim_ttft_s"].mean()),
                    "api_cpu_per_request_s": round(cpu.get("api", 0.0) / n_req, 6),
-                   "fit_arrival_overhead_s": fit.arrival_overhead_s}
+                   "fit_arrival_overhead_s": fit.arrival_overhead_s,
+                   "steps_real": int(m1.get(STEPS, 0) - m0.get(STEPS, 0)),
+                   "steps_sim": SIM_STEPS["steps"],
+                   "step_tokens_real": int(m1.get(TOKENS, 0) - m0.get(TOKENS, 0)),
+                   "step_tokens_sim": SIM_STEPS["tokens"]}
             row["makespan_rel_error"] = row["makespan_sim_s"] / row["makespan_real_s"] - 1
             row["ttft_mean_rel_error"] = row["ttft_mean_sim_s"] / row["ttft_mean_real_s"] - 1
             out["replays"].append(row)
@@ -136,7 +174,9 @@ def main() -> int:
                   f"{row['ttft_mean_real_s']:.3f} sim {row['ttft_mean_sim_s']:.3f} s "
                   f"({100 * row['ttft_mean_rel_error']:+.1f}%); API CPU per request "
                   f"{1e3 * row['api_cpu_per_request_s']:.1f} ms (fit's arrival overhead "
-                  f"{1e3 * fit.arrival_overhead_s:.1f} ms)", flush=True)
+                  f"{1e3 * fit.arrival_overhead_s:.1f} ms); engine steps real {row['steps_real']} "
+                  f"({row['step_tokens_real']:,} tokens) sim {row['steps_sim']} "
+                  f"({row['step_tokens_sim']:,} tokens)", flush=True)
     machine["load_average_end"] = load_average()
     path = write_json(args.out, out)
     print(f"written {path.resolve()}")
