@@ -23,6 +23,16 @@ def machine_start() -> dict:
             "platform": platform.platform(), "load_average_start": load_average()}
 
 
+def shown_path(path) -> str:
+    """``path`` relative to the repository when inside it, for the JSON files (no machine paths
+    in what is shipped)."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(Path(__file__).resolve().parent.parent))
+    except ValueError:
+        return str(path)
+
+
 def write_json(path, payload, indent: int = 2) -> Path:
     """Write ``payload`` as JSON to ``path`` through a temporary file and a rename (a run
     interrupted mid-write leaves the previous results whole); returns the path."""

@@ -62,7 +62,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _machine import load_average, machine_start, write_json  # noqa: E402  (benchmarks/ helpers)
+from _machine import load_average, machine_start, shown_path, write_json  # noqa: E402  (benchmarks/ helpers)
 
 #: Rows of the fleet-scale case in issue 14's goal (< 60 s on one core, < 2 GB peak RSS).
 FLEET_GOAL_ROWS = 1_000_000
@@ -203,14 +203,6 @@ def _interleaved(trace: str, a, on_replay=None) -> list[dict]:
                 c.proc.join()
 
 
-def _shown(path: Path) -> str:
-    """``path`` relative to the repository when inside it (no machine paths in the JSON)."""
-    try:
-        return str(path.resolve().relative_to(HERE.parent))
-    except ValueError:
-        return str(path)
-
-
 def _write(path: Path, payload: dict) -> None:
     print(f"written {write_json(path, payload)}")
 
@@ -270,7 +262,7 @@ def _summarise(rows: list[dict], a, machine: dict, final: bool, fleet: dict | No
         r[key + "_rounds"] = _rounds(r, small)
     machine["load_average_end"] = load_average()
     payload = {"machine": machine, "complete": final,
-               "args": {k: (_shown(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+               "args": {k: (shown_path(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
                "cases": rows, "fleet": fleet}
     out = a.out or HERE / "results_policies.json"
     if not final:

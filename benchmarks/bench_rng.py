@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=str(HERE / "results_rng.json"))
     a = ap.parse_args(argv)
-    from _machine import load_average, machine_start, write_json
+    from _machine import load_average, machine_start, shown_path, write_json
     from bench_policies import _trace
 
     machine = machine_start()
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['trace']:<22} {r['replicas']:>4} {r['policy']:<13} {r['draws_per_request']:6.2f} "
               f"{r['saved_us_per_request']:17.2f}")
     machine["load_average_end"] = load_average()
-    payload = {"machine": machine, "args": vars(a), "per_call_us": per_call,
+    payload = {"machine": machine, "args": {**vars(a), "out": shown_path(a.out)}, "per_call_us": per_call,
                "integers_saved_us_per_call": round(saved_int, 3), "draws": rows}
     print(f"written {write_json(a.out, payload, indent=1)}")
     return 0

@@ -26,12 +26,13 @@ Run: ``.venv/bin/python benchmarks/engine_process_cpu.py [--lone 8] [--replays 3
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 
 import numpy as np
 
-from _machine import load_average, machine_start, write_json
+from _machine import load_average, machine_start, shown_path, write_json
 
 HERE = Path(__file__).resolve().parent
 #: (kind, prompt tokens, cached tokens) of the lone requests.
@@ -80,8 +81,14 @@ def main() -> int:
                     help="JSON file to write (default benchmarks/results_engine_process_cpu.json, "
                          "the shipped figures: give another path for other runs)")
     args = ap.parse_args()
-    if args.lone < 1 or args.replays < 1 or args.idle_s <= 0:
-        ap.error("--lone and --replays must be >= 1 and --idle-s > 0")
+    if args.lone < 1:
+        ap.error(f"--lone {args.lone}: must be >= 1")
+    if args.replays < 1:
+        ap.error(f"--replays {args.replays}: must be >= 1")
+    if not (math.isfinite(args.idle_s) and args.idle_s > 0):
+        ap.error(f"--idle-s {args.idle_s:g}: must be a finite number of seconds > 0")
+    if not args.out.parent.is_dir():     # found now, not after the run
+        ap.error(f"--out {args.out}: folder {args.out.parent} does not exist")
 
     from btb_core.engine import calibrate as cal
     from btb_core.engine.client import complete
@@ -94,7 +101,7 @@ def main() -> int:
     _count_sim_steps()
     machine = machine_start()
     bt = ENGINE_BLOCK_TOKENS
-    out: dict = {"machine": machine, "args": {k: (str(v) if isinstance(v, Path) else v)
+    out: dict = {"machine": machine, "args": {k: (shown_path(v) if isinstance(v, Path) else v)
                                               for k, v in vars(args).items()}}
     with EngineCluster(1) as cluster:
         server = cluster.servers[0]

@@ -378,8 +378,8 @@ def run_experiment(dataset, split: str = "test", policies=("cache_aware", "btb")
     max_windows : int, optional
         Replay only the first N windows of the split.
     continuous : bool
-        Also replay all windows back to back as one run (policy label ``"<policy>@continuous"``
-        rows in ``info["continuous"]``).
+        Also replay all windows back to back as one run: one row of run metrics per setup,
+        scheduler and policy in ``info["continuous"]``.
     workers : int, optional
         Worker processes (a process pool over cells; 1 = serial in this process). Default: the
         cores available (:func:`default_workers`), or serial when the replay is small (fewer than

@@ -27,6 +27,7 @@ ratio of the policy's mean and p95 TTFT to the best policy of that shape.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -257,8 +258,13 @@ def shapes(names=None, scale: float = 1.0) -> list[Shape]:
     Raises
     ------
     ConfigError
-        On an unknown shape name (the message lists the valid ones).
+        On an unknown shape name (the message lists the valid ones), or a ``scale`` that is not
+        a finite number > 0.
     """
+    if not (isinstance(scale, (int, float)) and not isinstance(scale, bool)
+            and math.isfinite(scale) and scale > 0):
+        raise ConfigError(f"--scale {scale!r}: must be a finite number > 0 (1 = the suite as "
+                          f"shipped)")
     by_name = {s.name: s for s in SHAPES}
     if names is None:
         chosen = list(SHAPES)

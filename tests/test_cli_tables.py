@@ -31,17 +31,17 @@ def head(tmp_path_factory):
 
 
 def _note(text: str) -> str:
-    """The "(N more columns with --wide: ...)" note of a command's output, unwrapped."""
+    """The "(N more result fields, --wide shows them: ...)" note of a command's output, unwrapped."""
     flat = " ".join(text.split())
-    match = re.search(r"\(\d+ more columns? with --wide: [^)]*\)", flat)
+    match = re.search(r"\(\d+ more result fields?, --wide shows (them|it): [^)]*\)", flat)
     assert match, text
     return match.group(0)
 
 
 def test_more_columns_note_names_what_the_table_leaves_out_in_order():
     assert more_columns_note(["a", "b", "c"], ["a", "b", "c"]) == ""
-    assert more_columns_note(["a", "b", "c"], ["b"]) == "(2 more columns with --wide: a, c)"
-    assert more_columns_note(["a", "b"], ["a"]) == "(1 more column with --wide: b)"
+    assert more_columns_note(["a", "b", "c"], ["b"]) == "(2 more result fields, --wide shows them: a, c)"
+    assert more_columns_note(["a", "b"], ["a"]) == "(1 more result field, --wide shows it: b)"
     many = [f"result_field_{i:02d}" for i in range(20)]
     text = more_columns_note(many, [])
     assert width(text) <= TABLE_WIDTH and len(text.splitlines()) > 1
@@ -117,12 +117,12 @@ def test_replay_trace_modes_fit(head, capsys):
     assert width(text) <= TABLE_WIDTH
     assert text.count("btb_adaptive") == 2  # one row per (setup, policy)
     note = _note(text)
-    assert "more columns with --wide:" in note and "rdma_bytes" in note
+    assert "more result fields, --wide shows them:" in note and "rdma_bytes" in note
     named = set(note.split(": ", 1)[1].rstrip(")").split(", "))
     assert "hit_fraction" not in named and "scheduler" not in named   # shown, or in the heading
     assert "hit_fraction_hbm" in named and len(named) == int(note[1:].split()[0])
     wide = _out(capsys, many + ["--wide"])
-    assert "more column" not in wide
+    assert "more result field" not in wide
     assert width(wide) > TABLE_WIDTH and "recomputed_prefill_tokens" in wide
 
 
@@ -140,8 +140,17 @@ def test_replay_dataset_mode_fits_and_wide_has_every_column(dataset, capsys):  #
     for col in ("setup", "scheduler", "requests", "ttft_p50_s", "ttft_p99_s",
                 "recomputed_prefill_tokens", "rdma_bytes", "prompt_tokens"):   # every result field
         assert col in header
-    assert "more column" not in wide
+    assert "more result field" not in wide
     assert width(wide) > TABLE_WIDTH
+
+
+def test_replay_dataset_json_keeps_the_continuous_run(dataset, capsys):  # noqa: F811
+    argv = ["replay", "--dataset", str(dataset), "--policy", "cache_aware", "--setup", "70b_h100x4",
+            "--continuous", "--json"]
+    out = json.loads(_out(capsys, argv))
+    assert [(r["setup"], r["policy"]) for r in out["continuous"]] == [("70b_h100x4", "cache_aware")]
+    assert out["continuous"][0]["ttft_mean_s"] > 0 and len(out["results"]) >= 1
+    assert "continuous" not in json.loads(_out(capsys, argv[:-2] + ["--json"]))
 
 
 def test_sweep_table_fits(dataset, tmp_path, capsys):  # noqa: F811
@@ -161,7 +170,7 @@ def test_suite_table_fits(capsys):
                          "p64k_long_suffix", "trickle", "--scale", "0.1"])
     assert width(text) <= TABLE_WIDTH
     assert "p64k_long_suffix" in text and "mean_ratio" in text
-    assert "more columns with --wide:" in _note(text)
+    assert "more result fields, --wide shows them:" in _note(text)
 
 
 def test_gateway_check_tables_fit(capsys):

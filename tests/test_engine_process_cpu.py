@@ -37,6 +37,12 @@ def test_roles_and_thread_sums_from_a_proc_tree(tmp_path):
     assert process_group_cpu_s(200, proc_root=str(tmp_path)) == {"api": 9.0}  # the leader, by pid
     assert process_group_cpu_s(999, proc_root=str(tmp_path)) == {}
     assert process_group_cpu_s(100, proc_root=str(tmp_path / "missing")) == {}
+    # a thread that ended while being read is skipped, not its whole process
+    (tmp_path / "102" / "task" / "103" / "schedstat").unlink()
+    assert process_group_cpu_s(100, proc_root=str(tmp_path))["worker"] == 2.0
+    for bad in (0, -1, True):
+        with pytest.raises(ValueError, match="pgid"):
+            process_group_cpu_s(bad, proc_root=str(tmp_path))
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
@@ -60,11 +66,13 @@ def test_a_real_group_leader_that_burns_cpu_is_counted_as_api():
         proc.wait()
 
 
-@pytest.mark.parametrize("args", [["--lone", "0"], ["--replays", "0"], ["--idle-s", "0"]])
-def test_the_benchmark_refuses_bad_counts_before_starting_a_server(args):
+@pytest.mark.parametrize("args", [["--lone", "0"], ["--replays", "0"], ["--idle-s", "0"],
+                                  ["--idle-s", "nan"], ["--idle-s", "inf"],
+                                  ["--out", "/nonexistent-btb-folder/x.json"]])
+def test_the_benchmark_refuses_bad_arguments_before_starting_a_server(args):
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "engine_process_cpu.py"
     res = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
                          cwd=script.parent, timeout=120)
     assert res.returncode == 2
-    assert "must be >= 1 and --idle-s > 0" in res.stderr
+    assert f"error: {args[0]} {args[1]}:" in res.stderr     # names the argument and its value
     assert "calibrating" not in res.stdout      # refused before a server was started

@@ -55,6 +55,9 @@ def test_shape_validation_and_unknown_names():
     with pytest.raises(ConfigError, match="unknown shape"):
         shapes(["nope"])
     assert shapes(["p32k"], scale=0.5)[0].jobs[0].duration_s == 10.0
+    for bad in (0, -1.0, float("inf"), float("nan"), True, "2"):
+        with pytest.raises(ConfigError, match="--scale"):
+            shapes(["p32k"], scale=bad)
 
 
 def test_summarize_ratios_to_best():

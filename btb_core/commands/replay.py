@@ -186,7 +186,10 @@ def _run_dataset(args) -> int:
     if args.out is not None:
         _write_parquet(res.requests, args.out, args.overwrite)
     if args.json:
-        print(json.dumps({"results": jsonable(res.results.to_dict("records"))}, indent=2))
+        payload = {"results": jsonable(res.results.to_dict("records"))}
+        if "continuous" in res.info:     # --continuous: the back-to-back run's rows too
+            payload["continuous"] = jsonable(res.info["continuous"].to_dict("records"))
+        print(json.dumps(payload, indent=2))
     else:
         main = [c for c in DATASET_TABLE if c in res.results]
         table = res.results if args.wide else res.results[main]

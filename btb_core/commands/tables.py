@@ -122,13 +122,15 @@ def render(df, *, wide: bool = False, drop: tuple[str, ...] = (), constant: tupl
 
 def more_columns_note(all_columns, shown, max_width: int = TABLE_WIDTH) -> str:
     """A note naming the fields of a result that its table does not show (a command's main
-    columns), wrapped to ``max_width``; ``""`` when it shows them all. Columns hidden *to fit*
-    are named by :func:`render` itself."""
+    columns), wrapped to ``max_width``; ``""`` when it shows them all. It does not count the
+    columns the table has but hid to fit or moved to a heading: :func:`render` names those."""
     shown = set(shown)
     more = [c for c in all_columns if c not in shown]
     if not more:
         return ""
-    note = f"({len(more)} more column{'s' if len(more) != 1 else ''} with --wide: {', '.join(more)})"
+    one = len(more) == 1
+    note = (f"({len(more)} more result field{'' if one else 's'}, --wide shows "
+            f"{'it' if one else 'them'}: {', '.join(more)})")
     return textwrap.fill(note, max_width, break_long_words=False, break_on_hyphens=False)
 
 

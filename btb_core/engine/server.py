@@ -203,17 +203,28 @@ PROCESS_ROLES = {"VLLM::EngineCor": "engine_core", "VLLM::Worker": "worker"}
 
 
 def process_group_cpu_s(pgid: int, proc_root: str = "/proc") -> dict[str, float]:
-    """CPU seconds used so far by each process of process group ``pgid``, summed by role.
+    """CPU seconds used so far by the live threads of process group ``pgid``, summed by role.
 
     Roles: ``"api"`` (the group leader: vLLM's API server), ``"engine_core"`` (the scheduler
     process), ``"worker"`` (the model executor), ``"other"`` (anything else in the group). Times
     are the kernel's per-thread run time (``/proc/PID/task/TID/schedstat``, first field, in
-    nanoseconds), so every thread of a process counts, to the nanosecond. Processes that end
-    between two calls drop out of the sum: compare two calls around a span in which none ends.
+    nanoseconds) of every thread alive at the call. The CPU time of a thread or process that has
+    ended is no longer there, so a difference of two calls misses whatever ended between them:
+    use it around spans in which the processes keep their threads (a vLLM server's processes
+    live as long as the server; the thread counts of its processes were not tracked). A thread
+    or process that vanishes while being read is skipped.
 
-    Returns ``{}`` where ``/proc`` has no such files (not Linux). Raises nothing for processes that
-    vanish while being read.
+    Returns ``{}`` where ``/proc`` has no such files (not Linux) and for a group with no live
+    process.
+
+    Raises
+    ------
+    ValueError
+        ``pgid`` < 1 (0 would name the kernel's own threads).
     """
+    if isinstance(pgid, bool) or int(pgid) < 1:
+        raise ValueError(f"process_group_cpu_s: pgid={pgid!r} must be a process group id >= 1")
+    pgid = int(pgid)
     out: dict[str, float] = {}
     try:
         entries = os.listdir(proc_root)
@@ -231,12 +242,16 @@ def process_group_cpu_s(pgid: int, proc_root: str = "/proc") -> dict[str, float]
                 continue
             with open(f"{base}/comm") as f:
                 comm = f.read().strip()
-            ns = 0
-            for tid in os.listdir(f"{base}/task"):
-                with open(f"{base}/task/{tid}/schedstat") as f:
-                    ns += int(f.read().split()[0])
+            tids = os.listdir(f"{base}/task")
         except (OSError, ValueError, IndexError):
             continue
+        ns = 0
+        for tid in tids:
+            try:
+                with open(f"{base}/task/{tid}/schedstat") as f:
+                    ns += int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue           # this thread ended while being read
         role = "api" if int(name) == pgid else PROCESS_ROLES.get(comm, "other")
         out[role] = out.get(role, 0.0) + ns / 1e9
     return out
