@@ -337,9 +337,9 @@ def run_suite(policies=None, shape_list=None, seed: int = 0, workers: int = 1,
 
     policies = (list(policies) if policies
                 else [p for p, c in POLICIES.items() if not getattr(c, "external", False)])
-    check_names(policies=policies, where="btb suite: ")
+    check_names(policies=policies)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ConfigError(f"btb suite: workers={workers!r} must be an integer >= 1")
+        raise ConfigError(f"workers={workers!r}: must be an integer >= 1 (1 = in this process)")
     shape_list = list(shape_list) if shape_list is not None else shapes()
     params = params or {}
     jobs = [(s, p, seed, params.get(p)) for s in shape_list for p in policies]

@@ -71,6 +71,17 @@ def test_replay_router_param_errors_are_one_line(small_trace, capsys):
     assert err.startswith("btb replay: error:") and "cache_threshold" in err and "\n" not in err
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["--policy", "foo", "cache_aware"], "unknown policy 'foo'; choose from"),
+    (["--policy", "cache_aware", "--replicas", "0"], "--replicas 0: must be an integer in [1, 4,096]"),
+])
+def test_replay_errors_name_the_option_once(small_trace, capsys, argv, says):
+    assert main(["replay", "--trace", str(small_trace), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("btb replay") == 1 and err.startswith("btb replay: error: ") and says in err
+    assert "ClusterConfig" not in err
+
+
 def test_replay_dataset_json(dataset, capsys):  # noqa: F811
     assert main(["replay", "--dataset", str(dataset), "--split", "test", "--policy", "cache_aware", "btb",
                  "--scheduler", "both", "--router-param", f"y_tokens={PREFIX_BLOCKS * BT}", "--json"]) == 0

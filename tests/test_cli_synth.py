@@ -98,3 +98,16 @@ def test_push_to_hub_offline(tmp_path, capsys, monkeypatch):
                            f"(HF_HUB_OFFLINE is set); the dataset is complete locally in "
                            f"{tmp_path / 'bd'}; push it later with --push-to-hub")
     assert "Traceback" not in err and count_rows(out)["test"][-1] == 360
+
+
+def test_counts_in_the_singular_and_no_none_default_in_help(tmp_path, capsys):
+    code, out, err = run(capsys, "--out", str(tmp_path / "one"), "--preset", "quick",
+                         "--train-windows", "1", "--test-windows", "1", "--jobs", "1",
+                         "--job-size", "1", "--decoys", "0", "--normal-rows", "1")
+    assert code == 0, err
+    assert "normal window = 1 row; synthetic window = 1 job x 1 + 0 decoys x 1 = 1 row" in out
+    from btb_core.cli import build_parser
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    text = " ".join(sub.choices["synth"].format_help().split())
+    assert "(default preset: None)" not in text and "(default preset: 8)" in text

@@ -123,6 +123,8 @@ def test_replay_trace_modes_fit(head, capsys):
     assert "hit_fraction_hbm" in named and len(named) == int(note[1:].split()[0])
     wide = _out(capsys, many + ["--wide"])
     assert "more result field" not in wide
+    header = next(line for line in wide.splitlines() if "policy" in line).split()
+    assert header[:3] == ["setup", "policy", "requests"]       # the default table's order first
     assert width(wide) > TABLE_WIDTH and "recomputed_prefill_tokens" in wide
 
 

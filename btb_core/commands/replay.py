@@ -181,7 +181,7 @@ def _run_dataset(args) -> int:
     res = run_experiment(args.dataset, args.split, tuple(args.policy), tuple(args.setup), schedulers,
                          replicas=args.replicas, seed=args.seed, router_params=params,
                          max_windows=args.max_windows, continuous=args.continuous,
-                         workers=args.workers, progress=not args.json,
+                         workers=args.workers, progress=False if args.json else None,  # None: a tty
                          attention=not args.linear)
     if args.out is not None:
         _write_parquet(res.requests, args.out, args.overwrite)
@@ -239,6 +239,9 @@ def _session_plan(trace, quiet: bool):
 
 def run(args) -> int:
     _check_session_args(args)
+    from ..sim.cluster import MAX_REPLICAS
+    if not 1 <= args.replicas <= MAX_REPLICAS:
+        raise ConfigError(f"--replicas {args.replicas}: must be an integer in [1, {MAX_REPLICAS:,}]")
     if args.max_windows is not None and args.max_windows < 1:
         raise ConfigError(f"--max-windows {args.max_windows}: must be >= 1 (omit it for every window)")
     if args.workers is not None:
@@ -353,7 +356,7 @@ def _run_trace_many(args) -> int:
     from ..sim import ClusterConfig, simulate
     from ..trace import load_trace
 
-    check_names(policies=args.policy, setups=args.setup, where="btb replay: ")
+    check_names(policies=args.policy, setups=args.setup)
     params = _params_by_policy(args.policy, args.router_param)
     trace = load_trace(args.trace, block_tokens=args.block_tokens)
     trace.require_prefix_info("replay (prefix caching and routing)")
@@ -377,7 +380,9 @@ def _run_trace_many(args) -> int:
         df = pd.DataFrame(rows)
         print(f"{args.trace}: {args.replicas} replicas, {args.scheduler}, seed {args.seed}")
         if args.wide:
-            cols = [c for c in df.columns if c not in ("trace", "replicas", "scheduler", "seed")]
+            main = [c for c in TRACE_TABLE if c in df]    # the default table's order, then the rest
+            cols = main + [c for c in df.columns
+                           if c not in main and c not in ("trace", "replicas", "scheduler", "seed")]
         else:
             cols = [c for c in TRACE_TABLE if c in df]
         print(render(df[cols], wide=args.wide, constant=("setup",), drop=TRACE_HIDE,

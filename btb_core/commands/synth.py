@@ -71,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default = getattr(PRESETS["default"], name)
         g.add_argument("--" + name.replace("_", "-"), type=typ, default=None, dest=name,
                        metavar="N" if typ is int else "X",
-                       help=f"{text} (default preset: {default})")
+                       help=text if default is None else f"{text} (default preset: {default})")
     p.set_defaults(func=run)
 
 
@@ -86,10 +86,15 @@ def _print_counts(counts: dict, block_tokens: int, config: SynthConfig, out: str
     print(f"{'total':<6} {sum(counts[s]['windows'] for s in SPLITS):>7} "
           f"{sum(counts[s]['normal_windows'] for s in SPLITS):>7} "
           f"{sum(counts[s]['synthetic_windows'] for s in SPLITS):>9} {total:>9,}")
-    print(f"normal window = {config.normal_rows:,} rows; synthetic window = {config.jobs} jobs x "
+
+    def n(count: int, noun: str) -> str:
+        return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+    print(f"normal window = {n(config.normal_rows, 'row')}; synthetic window = "
+          f"{n(config.jobs, 'job')} x "
           f"{config.job_size:,} + {config.decoys} decoys x {config.decoy_requests}"
           + (f" + {config.background_rows:,} background" if config.background_rows else "")
-          + f" = {config.synthetic_window_rows():,} rows")
+          + f" = {n(config.synthetic_window_rows(), 'row')}")
 
 
 def _flagged(exc: ConfigError) -> ConfigError:
