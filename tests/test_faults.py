@@ -469,7 +469,7 @@ def test_huge_numbers_and_sizes(tmp_path, capsys):
     refused(capsys, tmp_path, ["synth", "--out", out, "--jobs", str(2 ** 70)], "--jobs")
     refused(capsys, tmp_path, ["cost", "--tokens", str(10 ** 23)], "2^40")
     ok = jsonl(tmp_path / "ok.jsonl", mooncake_rows(3))
-    refused(capsys, tmp_path, ["replay", "--trace", ok, "--replicas", str(10 ** 8)], "num_replicas")
+    refused(capsys, tmp_path, ["replay", "--trace", ok, "--replicas", str(10 ** 8)], "--replicas")
     assert not out.exists()
 
 
