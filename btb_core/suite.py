@@ -258,8 +258,8 @@ def shapes(names=None, scale: float = 1.0) -> list[Shape]:
     Raises
     ------
     ConfigError
-        On an unknown shape name (the message lists the valid ones), or a ``scale`` that is not
-        a finite number > 0.
+        On an unknown or repeated shape name (the message lists the valid ones), or a ``scale``
+        that is not a finite number > 0.
     """
     if not (isinstance(scale, (int, float)) and not isinstance(scale, bool)
             and math.isfinite(scale) and scale > 0):
@@ -272,6 +272,9 @@ def shapes(names=None, scale: float = 1.0) -> list[Shape]:
         unknown = [n for n in names if n not in by_name]
         if unknown:
             raise ConfigError(f"unknown shape(s) {unknown}; choose from {', '.join(by_name)}")
+        twice = sorted({n for n in names if list(names).count(n) > 1})
+        if twice:
+            raise ConfigError(f"shape(s) {', '.join(twice)} given more than once")
         chosen = [by_name[n] for n in names]
     return [s if scale == 1.0 else s.scaled(scale) for s in chosen]
 
@@ -330,7 +333,7 @@ def run_suite(policies=None, shape_list=None, seed: int = 0, workers: int = 1,
     Raises
     ------
     ConfigError
-        On an unknown policy or ``workers < 1``.
+        On an unknown or repeated policy, or ``workers < 1``.
     """
     from .experiment import check_names
     from .routers import POLICIES
@@ -338,6 +341,9 @@ def run_suite(policies=None, shape_list=None, seed: int = 0, workers: int = 1,
     policies = (list(policies) if policies
                 else [p for p, c in POLICIES.items() if not getattr(c, "external", False)])
     check_names(policies=policies)
+    twice = sorted({p for p in policies if policies.count(p) > 1})
+    if twice:
+        raise ConfigError(f"policies {', '.join(twice)} given more than once")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"workers={workers!r}: must be an integer >= 1 (1 = in this process)")
     shape_list = list(shape_list) if shape_list is not None else shapes()

@@ -56,6 +56,10 @@ def test_render_hides_least_important_columns_first_and_says_so():
     assert width(text) <= TABLE_WIDTH
     assert "x" * 85 in text and "z" * 20 not in text.splitlines()[0]
     assert text.splitlines()[-1] == f"(hidden to fit 120 columns: {'z' * 20}, {'y' * 30}; --wide shows them)"
+    assert render(df, drop=("y" * 30, "z" * 20, "x" * 85), max_width=100).splitlines()[-1].endswith(
+        "--wide shows them)")
+    one = render(pd.DataFrame({"name": ["a"], "w" * 60: [1], "v" * 70: [2]}), drop=("v" * 70,))
+    assert one.splitlines()[-1] == f"(hidden to fit 120 columns: {'v' * 70}; --wide shows it)"
     assert "z" * 20 not in render(df, drop=("y" * 30, "z" * 20)).splitlines()[-1]  # y alone fits
     assert render(df, wide=True) == df.to_string(index=False)
     # many hidden columns: every one named, the note wrapped to the width
@@ -209,6 +213,30 @@ def test_help_fits_120_columns(name):
         sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
         parser = sub.choices[name]
     assert width(parser.format_help()) <= TABLE_WIDTH
+
+
+def test_replay_prints_whole_ratios_and_fractions_as_floats(dataset, head, capsys):  # noqa: F811
+    """One policy: its speedup over cache_aware is exactly 1 and prints as 1.000, as beside other
+    policies; a count column (rdma_copies) stays an integer."""
+    text = _out(capsys, ["replay", "--dataset", str(dataset), "--policy", "cache_aware",
+                         "--setup", "70b_h100x4"])
+    header = next(line for line in text.splitlines() if "speedup_vs_cache_aware" in line).split()
+    row = next(line for line in text.splitlines() if line.split()[:1] == ["cache_aware"]).split()
+    assert row[header.index("speedup_vs_cache_aware")] == "1.000"
+    assert row[header.index("rdma_copies")] == "0"
+    from btb_core.commands.tables import measured_floats
+    df = pd.DataFrame({"ttft_mean_s": [1.0], "hit_fraction": [0.0], "rdma_bytes": [0.0],
+                       "recomputed_prefill_tokens": [3.0], "requests": [2], "policy": ["x"]})
+    assert measured_floats(df) == ("ttft_mean_s", "hit_fraction")
+
+
+def test_replay_and_suite_refuse_repeated_names(head, capsys):
+    assert main(["replay", "--trace", str(head), "--policy", "btb", "cache_aware", "btb"]) == 2
+    assert "btb given more than once" in capsys.readouterr().err
+    assert main(["suite", "--policies", "btb", "btb", "--shapes", "trickle"]) == 2
+    assert "policies btb given more than once" in capsys.readouterr().err
+    assert main(["suite", "--policies", "btb", "--shapes", "trickle", "trickle"]) == 2
+    assert "shape(s) trickle given more than once" in capsys.readouterr().err
 
 
 def test_ratio_columns_stay_floats_when_every_ratio_is_whole():

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..fileio import atomic_write_bytes, jsonable
-from .tables import add_wide_option, more_columns_note, render
+from .tables import add_wide_option, measured_floats, more_columns_note, render
 
 
 def _setup_names() -> list[str]:
@@ -194,14 +194,15 @@ def _run_dataset(args) -> int:
         main = [c for c in DATASET_TABLE if c in res.results]
         table = res.results if args.wide else res.results[main]
         print(render(table, wide=args.wide, group=("setup", "scheduler"), drop=DATASET_HIDE,
-                     float_format="%.3f"))
+                     float_format="%.3f", floats=measured_floats(table)))
         if not args.wide and (note := more_columns_note(res.results.columns, main)):
             print(note)
         if "continuous" in res.info:
             print("\ncontinuous run:")
             print(render(res.info["continuous"][["setup", "scheduler", "policy", "ttft_mean_s",
                                                  "ttft_p95_s"]],
-                         wide=args.wide, group=("setup", "scheduler"), float_format="%.3f"))
+                         wide=args.wide, group=("setup", "scheduler"), float_format="%.3f",
+                         floats=("ttft_mean_s", "ttft_p95_s")))
     return 0
 
 
@@ -242,6 +243,11 @@ def run(args) -> int:
     from ..sim.cluster import MAX_REPLICAS
     if not 1 <= args.replicas <= MAX_REPLICAS:
         raise ConfigError(f"--replicas {args.replicas}: must be an integer in [1, {MAX_REPLICAS:,}]")
+    for flag, names in (("--policy", args.policy), ("--setup", args.setup)):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError(f"{flag} {' '.join(names)}: {', '.join(twice)} given more than once "
+                              f"(each would be replayed again, with the same result)")
     if args.max_windows is not None and args.max_windows < 1:
         raise ConfigError(f"--max-windows {args.max_windows}: must be >= 1 (omit it for every window)")
     if args.workers is not None:
@@ -386,7 +392,7 @@ def _run_trace_many(args) -> int:
         else:
             cols = [c for c in TRACE_TABLE if c in df]
         print(render(df[cols], wide=args.wide, constant=("setup",), drop=TRACE_HIDE,
-                     float_format="%.3f"))
+                     float_format="%.3f", floats=measured_floats(df[cols])))
         if not args.wide and (note := more_columns_note(
                 [c for c in df.columns if c not in ("trace", "replicas", "scheduler", "seed")], cols)):
             print(note)

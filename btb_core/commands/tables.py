@@ -115,9 +115,22 @@ def render(df, *, wide: bool = False, drop: tuple[str, ...] = (), constant: tupl
             text = text_of(cols)
     lines = (["; ".join(head)] if head else []) + [text]
     if hidden:   # every hidden column named, over several lines when they do not fit one
-        note = f"(hidden to fit {max_width} columns: {', '.join(hidden)}; --wide shows them)"
+        note = (f"(hidden to fit {max_width} columns: {', '.join(hidden)}; --wide shows "
+                f"{'it' if len(hidden) == 1 else 'them'})")
         lines.append(textwrap.fill(note, max_width, break_long_words=False, break_on_hyphens=False))
     return "\n".join(lines)
+
+
+#: Parts of a column name that mark a count (printed as an integer when every value is whole).
+COUNT_WORDS = ("tokens", "bytes", "copies", "requests", "events", "windows", "replicas", "rows")
+
+
+def measured_floats(df) -> tuple[str, ...]:
+    """The float columns of ``df`` that hold measured quantities or ratios (seconds, fractions,
+    speedups), not counts: for :func:`render`'s ``floats``, so that a whole value prints as
+    ``1.000`` there as beside other rows, not as ``1``."""
+    return tuple(c for c in df.columns if df[c].dtype.kind == "f"
+                 and not any(w in str(c) for w in COUNT_WORDS))
 
 
 def more_columns_note(all_columns, shown, max_width: int = TABLE_WIDTH) -> str:
@@ -134,4 +147,5 @@ def more_columns_note(all_columns, shown, max_width: int = TABLE_WIDTH) -> str:
     return textwrap.fill(note, max_width, break_long_words=False, break_on_hyphens=False)
 
 
-__all__ = ["TABLE_WIDTH", "add_wide_option", "more_columns_note", "render", "width"]
+__all__ = ["COUNT_WORDS", "TABLE_WIDTH", "add_wide_option", "measured_floats", "more_columns_note",
+           "render", "width"]
