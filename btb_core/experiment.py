@@ -32,8 +32,15 @@ LEDGER_SUM = ("rdma_bytes", "rdma_copies", "copies_unused", "recomputed_prefill_
               "recomputed_prefill_gpu_s", "prefill_gpu_s_saved", "prompt_tokens")
 
 
+def repeated(names) -> list:
+    """The names that occur more than once in ``names``, sorted (``[]`` when none does)."""
+    names = list(names)
+    return sorted({n for n in names if names.count(n) > 1})
+
+
 def check_names(policies=(), setups=(), schedulers=(), where: str = "") -> None:
-    """Raise ConfigError naming the first unknown policy, setup or scheduler (and the valid ones)."""
+    """Raise ConfigError naming the first unknown policy, setup or scheduler (and the valid ones),
+    or the ones given more than once (each would be replayed again, with the same result)."""
     from .routers import POLICIES
     from .sim import SCHEDULERS
     from .cost import REFERENCE_SETUP
@@ -45,6 +52,10 @@ def check_names(policies=(), setups=(), schedulers=(), where: str = "") -> None:
         for name in names:
             if name not in valid:
                 raise ConfigError(f"{where}unknown {kind} {name!r}; choose from {', '.join(valid)}")
+        twice = repeated(names)
+        if twice:
+            raise ConfigError(f"{where}{kind} {', '.join(twice)} given more than once (each would be "
+                              f"replayed again, with the same result)")
 
 
 # ------------------------------------------------------------------ windows

@@ -272,9 +272,10 @@ def shapes(names=None, scale: float = 1.0) -> list[Shape]:
         unknown = [n for n in names if n not in by_name]
         if unknown:
             raise ConfigError(f"unknown shape(s) {unknown}; choose from {', '.join(by_name)}")
-        twice = sorted({n for n in names if list(names).count(n) > 1})
+        from .experiment import repeated
+        twice = repeated(names)
         if twice:
-            raise ConfigError(f"shape(s) {', '.join(twice)} given more than once")
+            raise ConfigError(f"shape {', '.join(twice)} given more than once")
         chosen = [by_name[n] for n in names]
     return [s if scale == 1.0 else s.scaled(scale) for s in chosen]
 
@@ -341,9 +342,6 @@ def run_suite(policies=None, shape_list=None, seed: int = 0, workers: int = 1,
     policies = (list(policies) if policies
                 else [p for p, c in POLICIES.items() if not getattr(c, "external", False)])
     check_names(policies=policies)
-    twice = sorted({p for p in policies if policies.count(p) > 1})
-    if twice:
-        raise ConfigError(f"policies {', '.join(twice)} given more than once")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"workers={workers!r}: must be an integer >= 1 (1 = in this process)")
     shape_list = list(shape_list) if shape_list is not None else shapes()

@@ -232,11 +232,19 @@ def test_replay_prints_whole_ratios_and_fractions_as_floats(dataset, head, capsy
 
 def test_replay_and_suite_refuse_repeated_names(head, capsys):
     assert main(["replay", "--trace", str(head), "--policy", "btb", "cache_aware", "btb"]) == 2
-    assert "btb given more than once" in capsys.readouterr().err
+    assert "policy btb given more than once" in capsys.readouterr().err
+    assert main(["replay", "--trace", str(head), "--policy", "btb", "--setup", "70b_h100x4",
+                 "qwen3_8b_h100x4", "70b_h100x4"]) == 2
+    assert "setup 70b_h100x4 given more than once" in capsys.readouterr().err
     assert main(["suite", "--policies", "btb", "btb", "--shapes", "trickle"]) == 2
-    assert "policies btb given more than once" in capsys.readouterr().err
+    assert "policy btb given more than once" in capsys.readouterr().err
     assert main(["suite", "--policies", "btb", "--shapes", "trickle", "trickle"]) == 2
-    assert "shape(s) trickle given more than once" in capsys.readouterr().err
+    assert "shape trickle given more than once" in capsys.readouterr().err
+    from btb_core.errors import ConfigError
+    from btb_core.experiment import check_names, repeated
+    assert repeated(["b", "a", "b", "c", "a"]) == ["a", "b"] and repeated(("a", "b")) == []
+    with pytest.raises(ConfigError, match="scheduler chunked given more than once"):
+        check_names(schedulers=["chunked", "prefill_first", "chunked"])
 
 
 def test_ratio_columns_stay_floats_when_every_ratio_is_whole():

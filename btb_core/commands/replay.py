@@ -243,11 +243,6 @@ def run(args) -> int:
     from ..sim.cluster import MAX_REPLICAS
     if not 1 <= args.replicas <= MAX_REPLICAS:
         raise ConfigError(f"--replicas {args.replicas}: must be an integer in [1, {MAX_REPLICAS:,}]")
-    for flag, names in (("--policy", args.policy), ("--setup", args.setup)):
-        twice = sorted({n for n in names if names.count(n) > 1})
-        if twice:
-            raise ConfigError(f"{flag} {' '.join(names)}: {', '.join(twice)} given more than once "
-                              f"(each would be replayed again, with the same result)")
     if args.max_windows is not None and args.max_windows < 1:
         raise ConfigError(f"--max-windows {args.max_windows}: must be >= 1 (omit it for every window)")
     if args.workers is not None:

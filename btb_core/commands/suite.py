@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ..fileio import jsonable
-from .tables import add_wide_option, more_columns_note, render
+from .tables import add_wide_option, measured_floats, more_columns_note, render
 
 
 def register(sub) -> None:
@@ -40,9 +40,8 @@ def run(args) -> int:
             "mean_ratio", "p95_ratio"]
     if args.wide:
         cols += [c for c in summary.columns if c not in cols and summary[c].dtype != object]
-    floats = tuple(c for c in cols if summary[c].dtype.kind == "f")   # measured: never "1"
     print(render(summary[cols], wide=args.wide, drop=("copies_unused", "copies"),
-                 float_format="%.3f", floats=floats))
+                 float_format="%.3f", floats=measured_floats(summary[cols])))
     if not args.wide and (note := more_columns_note(
             [c for c in summary.columns if summary[c].dtype != object], cols)):
         print(note)
