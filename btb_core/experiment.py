@@ -310,7 +310,7 @@ def pool(requests: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     res["speedup_vs_cache_aware"] = speed
     res["ttft_mean_change_vs_cache_aware"] = change
     res["gpu_s_saved_vs_cache_aware"] = saved
-    for k in ("rdma_copies", "copies_unused", "recomputed_prefill_tokens", "prompt_tokens"):
+    for k in ("rdma_bytes", "rdma_copies", "copies_unused", "recomputed_prefill_tokens", "prompt_tokens"):
         res[k] = res[k].astype(np.int64)
     return res
 

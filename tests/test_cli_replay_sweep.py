@@ -114,3 +114,36 @@ def test_replay_dataset_rejects_misspelled_router_param(dataset, capsys):  # noq
     assert "balance_abs_treshold" in capsys.readouterr().err
     assert main(["replay", "--dataset", str(dataset), "--policy", "cache_aware",
                  "--router-param", "balance-abs-threshold=0", "--json"]) == 0
+
+
+def test_replay_dataset_json_counts_are_integers(dataset, capsys):  # noqa: F811
+    # rdma_bytes is a count of bytes, an integer as in trace mode's JSON (it was a float here)
+    assert main(["replay", "--dataset", str(dataset), "--policy", "btb", "--setup", "70b_h100x4",
+                 "--router-param", f"y_tokens={PREFIX_BLOCKS * BT}", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["results"]
+    burst = next(r for r in rows if r["dataset"] == "bursted")
+    assert burst["rdma_bytes"] > 0 and isinstance(burst["rdma_bytes"], int)
+    for k in ("rdma_copies", "copies_unused", "recomputed_prefill_tokens", "prompt_tokens"):
+        assert isinstance(burst[k], int)
+
+
+def test_replay_dataset_says_when_no_window_is_normal(dataset, tmp_path, capsys):  # noqa: F811
+    # the fixture's test split without its normal window
+    df = pd.read_parquet(dataset / "test.parquet")
+    df = df[~df["trace_id"].str.contains("normal")]
+    assert len(df) and df["trace_id"].nunique() == 1
+    df.to_parquet(tmp_path / "test.parquet", index=False)
+    (tmp_path / "manifest.json").write_text((dataset / "manifest.json").read_text())
+    base = ["replay", "--policy", "cache_aware", "--setup", "70b_h100x4"]
+    assert main(base + ["--dataset", str(tmp_path)]) == 0
+    assert "split 'test' has no normal windows in the replayed ones" in capsys.readouterr().out
+    assert main(base + ["--dataset", str(dataset)]) == 0
+    assert "no normal windows" not in capsys.readouterr().out
+
+
+def test_replay_trace_key_value_floats_as_tables_print_them(small_trace, capsys):
+    assert main(["replay", "--trace", str(small_trace), "--policy", "least_load"]) == 0
+    lines = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines() if line.strip())
+    mean = lines["ttft_mean_s"].strip()
+    assert mean.split(".")[1].isdigit() and len(mean.split(".")[1]) == 3, mean   # %.3f
+    assert lines["requests"].strip() == "300"

@@ -81,8 +81,19 @@ def test_run_suite_small_and_cli(capsys):
     assert (out.groupby("shape")["mean_ratio"].min() == 1.0).all()
     assert main(["suite", "--policies", "least_load", "cache_aware", "--shapes", "p16k",
                  "--scale", "0.2", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    got = capsys.readouterr()
+    rows = json.loads(got.out)
     assert {r["policy"] for r in rows} == {"least_load", "cache_aware"}
+    assert got.out.startswith('[\n  {\n    "')       # indented by 2, as btb replay --json
+    assert "fewer than" not in got.err                 # 34 requests per policy: no note
+    # p128k at --scale 0.1 has 2 requests (fewer than FEW_REQUESTS): a note says so, on stderr
+    assert main(["suite", "--policies", "least_load", "--shapes", "p128k", "trickle",
+                 "--scale", "0.1", "--json"]) == 0
+    got = capsys.readouterr()
+    n = {r["shape"]: r["requests"] for r in json.loads(got.out)}
+    assert n["p128k"] < 10 and n["trickle"] < 10
+    assert (f"2 shapes with fewer than 10 requests at --scale 0.1: p128k ({n['p128k']}), "
+            f"trickle ({n['trickle']})") in got.err
     assert main(["suite", "--policies", "least_load", "--shapes", "p16k", "--scale", "0.2",
                  "--wide"]) == 0
     head, row = capsys.readouterr().out.splitlines()[:2]
@@ -91,6 +102,8 @@ def test_run_suite_small_and_cli(capsys):
     cells = dict(zip(head.split(), row.split()))
     assert cells["mean_ratio"] == cells["p95_ratio"] == "1.000" and cells["rdma_gb"] == "0.000"
     assert cells["requests"].isdigit()
+    assert main(["suite", "--policies", "least_load", "--shapes", "p128k", "--scale", "0.1"]) == 0
+    assert "1 shape with fewer than 10 requests" in capsys.readouterr().err   # the table too
     assert main(["suite", "--policies", "nope"]) == 2
     assert "unknown policy" in capsys.readouterr().err
 

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         table = burst if args.burstiness else fan
         rows = jsonable(table.to_dict(orient="records"))
-        print(json.dumps(rows, indent=1))
+        print(json.dumps(rows, indent=2))
         return 0
     show = fan[["trace", "depth_tokens", "window_s", "max_fanout", "keys_at_max",
                 "eligible_requests", "window_start_s"]].copy()

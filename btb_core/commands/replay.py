@@ -197,6 +197,9 @@ def _run_dataset(args) -> int:
                      float_format="%.3f", floats=measured_floats(table)))
         if not args.wide and (note := more_columns_note(res.results.columns, main)):
             print(note)
+        if "normal" not in set(res.results.get("dataset", ())) and len(res.results):
+            print(f"(split {args.split!r} has no normal windows in the replayed ones: every row is "
+                  f"'bursted', none 'normal')")
         if "continuous" in res.info:
             print("\ncontinuous run:")
             print(render(res.info["continuous"][["setup", "scheduler", "policy", "ttft_mean_s",
@@ -309,7 +312,7 @@ def run(args) -> int:
     else:
         width = max(len(k) for k in metrics)
         for k, v in metrics.items():
-            text = f"{v:.4g}" if isinstance(v, float) else str(v)
+            text = f"{v:.3f}" if isinstance(v, float) else str(v)   # as the tables print floats
             print(f"{k:<{width}}  {text}")
         if args.out is not None:
             print(f"per-request table written to {args.out}")

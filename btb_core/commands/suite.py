@@ -34,7 +34,8 @@ def run(args) -> int:
     summary = run_suite(args.policies, shapes(args.shapes, args.scale), seed=args.seed,
                         workers=args.workers)
     if args.json:
-        print(json.dumps(jsonable(summary.to_dict(orient="records")), indent=1))
+        print(json.dumps(jsonable(summary.to_dict(orient="records")), indent=2))
+        _few_requests_note(summary, args.scale)
         return 0
     cols = ["shape", "policy", "requests", "ttft_mean_s", "ttft_p95_s", "copies", "copies_unused",
             "mean_ratio", "p95_ratio"]
@@ -45,4 +46,23 @@ def run(args) -> int:
     if not args.wide and (note := more_columns_note(
             [c for c in summary.columns if summary[c].dtype != object], cols)):
         print(note)
+    _few_requests_note(summary, args.scale)
     return 0
+
+
+#: Below this many requests a shape's ratios between policies rest on a handful of TTFTs (the
+#: smallest shape of the suite as shipped, p128k, has 32).
+FEW_REQUESTS = 10
+
+
+def _few_requests_note(summary, scale: float) -> None:
+    """A note on stderr naming the shapes with fewer than :data:`FEW_REQUESTS` requests."""
+    import sys
+
+    per_shape = summary.groupby("shape", sort=False)["requests"].max()
+    few = per_shape[per_shape < FEW_REQUESTS]
+    if len(few):
+        names = ", ".join(f"{s} ({int(n)})" for s, n in few.items())
+        print(f"btb suite: note: {len(few)} shape{'s' if len(few) > 1 else ''} with fewer than "
+              f"{FEW_REQUESTS} requests at --scale {scale:g}: {names}; their ratios rest on a "
+              f"handful of requests (--scale 1 is the suite as shipped)", file=sys.stderr)
