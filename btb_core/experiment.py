@@ -477,6 +477,10 @@ def run_experiment(dataset, split: str = "test", policies=("cache_aware", "btb")
     result = ExperimentResult(pool(requests_df, windows_df), windows_df, requests_df,
                               info={"dataset": str(dataset), "split": split, "replicas": replicas,
                                     "seed": seed, "windows": nwin, "attention": attention})
+    if cache is not None:       # every cell is in the cache now: a notebook waiting for them may start
+        from . import replay_cache
+
+        replay_cache.note_experiment_done(cache[0])
     if continuous:
         result.info["continuous"] = _continuous(src, nwin, policies, setups, schedulers, replicas,
                                                 seed, router_params, attention)

@@ -15,7 +15,7 @@ JupyterLab writes to ``build/figures/``, so the shipped figures are only ever wr
 ``--jobs N`` runs up to N notebooks at once, each in a process of its own (``make reproduce`` runs
 two: on two cores the single-threaded notebooks fill the core that a replay's process pool leaves
 idle between its phases); a notebook that replays cells another one replays first
-(:data:`REUSES`) starts after it. Every notebook of a run shares one replay cache
+(:data:`REUSES`) starts once it has replayed them. Every notebook of a run shares one replay cache
 (:mod:`btb_core.replay_cache`, in a fresh folder under ``build/replay-cache/`` removed at the end),
 so a cell replayed by one notebook is read back, not replayed again, by the next.
 
@@ -134,10 +134,15 @@ def _ipc_kernel_manager(socket_dir: str):
     return IPCKernelManager
 
 
-#: Notebooks that replay cells another notebook replays first: with ``--jobs`` > 1 they start only
-#: after it, so the run's replay cache (:mod:`btb_core.replay_cache`) serves those cells instead of
-#: replaying them twice (06's Bursted section replays five of 04's policies on 04's windows).
-REUSES = {"06_beyond_the_rule": ("04_btb_replay",)}
+#: Notebooks that replay cells another notebook replays first, as ``{notebook: ((other, n), ...)}``:
+#: with ``--jobs`` > 1 a notebook starts only once each ``other`` has finished its first ``n``
+#: experiments (:func:`btb_core.experiment.run_experiment` calls, counted through the run's replay
+#: cache: :func:`btb_core.replay_cache.experiments_done`) or has ended, so the cache serves those
+#: cells instead of replaying them twice. 06's Bursted section replays five of 04's policies on
+#: 04's windows, all of them cells of 04's first experiment (its main replay), so 06 runs beside
+#: the rest of 04 (its controls, closed-loop and admission sections). If 04's cells were to move
+#: to a later experiment, 06 would replay them itself: the same numbers, only slower.
+REUSES = {"06_beyond_the_rule": (("04_btb_replay", 1),)}
 
 
 def _execute(nb: Path, out_dir: Path, parameters: dict, socket_dir: str) -> str | None:
@@ -175,7 +180,8 @@ def run_all(params_file: Path | None, out_dir: Path, only: list[str] | None = No
     jobs : int
         Notebooks run at once (>= 1). With more than one, each runs in a process of its own, its
         output lines prefixed with its number, and a notebook listed in :data:`REUSES` starts
-        after the notebooks it reuses; notebooks others wait for start first.
+        once the notebooks it reuses have replayed what it reuses; notebooks others wait for
+        start first.
     quiet : bool
         No per-notebook lines (used for the processes of ``jobs`` > 1).
 
@@ -317,17 +323,35 @@ def _pump(stream, prefix: str, console: _Console | None = None) -> None:
         console.write(prefix, "".join(pieces))
 
 
+def reuses_met(waits, done, started, cache) -> bool:
+    """Whether a notebook whose :data:`REUSES` entries in this run are ``waits`` (``(other,
+    experiments)`` pairs) may start: each ``other`` has ended (in ``done``), or was started (in
+    ``started``) and has finished at least ``experiments`` experiments according to the run's
+    replay cache ``cache`` (a directory, or None when the cache is off: then only ``done``
+    counts)."""
+    from .replay_cache import experiments_done
+
+    return all(other in done or (other in started and cache is not None
+                                 and experiments_done(cache, other) >= experiments)
+               for other, experiments in waits)
+
+
 def _run_parallel(notebooks: list[Path], params_file: Path | None, out_dir: Path, jobs: int) -> int:
     """Run up to ``jobs`` notebooks at once, each in its own process (see :func:`run_all`)."""
     import signal
     import subprocess
     import threading
 
+    from .replay_cache import NOTEBOOK_ENV, cache_dir
+
     stems = [nb.stem for nb in notebooks]
-    waits = {s: [d for d in REUSES.get(s, ()) if d in stems] for s in stems}
-    needed = {d for ds in waits.values() for d in ds}
+    waits = {s: [(d, k) for d, k in REUSES.get(s, ()) if d in stems] for s in stems}
+    needed = {d for ds in waits.values() for d, _ in ds}
+    cache = cache_dir()
+
     pending = sorted(notebooks, key=lambda nb: (nb.stem not in needed, nb.name))
     done: set[str] = set()
+    started: set[str] = set()
     running: dict = {}
     n = len(notebooks)
     number = {nb.stem: i for i, nb in enumerate(notebooks, 1)}
@@ -336,7 +360,7 @@ def _run_parallel(notebooks: list[Path], params_file: Path | None, out_dir: Path
     try:
         while pending or running:
             while len(running) < jobs:
-                ready = [nb for nb in pending if all(d in done for d in waits[nb.stem])]
+                ready = [nb for nb in pending if reuses_met(waits[nb.stem], done, started, cache)]
                 if not ready:
                     break
                 nb = ready[0]
@@ -347,7 +371,9 @@ def _run_parallel(notebooks: list[Path], params_file: Path | None, out_dir: Path
                     cmd[3:3] = ["--params", str(params_file)]
                 console.say(f"[btb] ({number[nb.stem]}/{n}) running {nb.name} ...")
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+                                        stdin=subprocess.DEVNULL, start_new_session=True,
+                                        env={**os.environ, NOTEBOOK_ENV: nb.stem})
+                started.add(nb.stem)
                 pump = threading.Thread(target=_pump, args=(proc.stdout, f"[{nb.stem[:2]}] ", console),
                                         daemon=True)
                 pump.start()
@@ -394,17 +420,29 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: must be >= 1")
+    import signal
+
     from .errors import ConfigError
 
+    terminated = []
+
+    def on_sigterm(signum, frame):
+        # SIGTERM (a CI time limit, `timeout`, `kill`) unwinds as Ctrl-C does, so the notebooks
+        # still running are stopped: each runs in a session of its own, which a signal sent to
+        # this process alone would leave running (with its kernel, and any engine servers)
+        terminated.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         return run_all(args.params, args.out, args.only, args.jobs, args.quiet)
     except ConfigError as exc:
         print(f"btb notebooks: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("btb notebooks: interrupted (the notebooks still running were stopped)",
-              file=sys.stderr)
-        return 130
+        print(f"btb notebooks: {'terminated' if terminated else 'interrupted'} (the notebooks "
+              f"still running were stopped)", file=sys.stderr)
+        return 128 + signal.SIGTERM if terminated else 130
 
 
 if __name__ == "__main__":

@@ -38,6 +38,11 @@ ENV = "BTB_REPLAY_CACHE"
 #: Bumped when the stored value's layout changes.
 FORMAT = 1
 
+#: The environment variable naming the notebook a process runs for (set by the notebook runner
+#: for each notebook's process; the kernel inherits it): :func:`note_experiment_done` counts the
+#: experiments that notebook has finished, so the runner can start a notebook that reuses them.
+NOTEBOOK_ENV = "BTB_NOTEBOOK"
+
 
 def cache_dir() -> Path | None:
     """The cache directory from ``$BTB_REPLAY_CACHE``, or None when the cache is off."""
@@ -114,3 +119,31 @@ def store(directory: Path, key: str, value) -> None:
     from .fileio import atomic_write_bytes
 
     atomic_write_bytes(_entry(directory, key), pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _progress_file(directory: Path, notebook: str) -> Path:
+    return Path(directory) / "progress" / notebook
+
+
+def note_experiment_done(directory: Path | None = None, notebook: str | None = None) -> None:
+    """Record that this process's notebook (``$BTB_NOTEBOOK``) finished one more experiment whose
+    cells are now all in the cache (called at the end of
+    :func:`btb_core.experiment.run_experiment`). Does nothing when the cache is off or no notebook
+    is named. One line per experiment is appended to ``<cache>/progress/<notebook>``."""
+    directory = directory if directory is not None else cache_dir()
+    notebook = notebook if notebook is not None else os.environ.get(NOTEBOOK_ENV, "").strip()
+    if directory is None or not notebook:
+        return
+    path = _progress_file(directory, notebook)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:          # one short line per append: never torn
+        fh.write("experiment done\n")
+
+
+def experiments_done(directory: Path, notebook: str) -> int:
+    """How many experiments ``notebook`` has finished in the run whose cache is ``directory``
+    (:func:`note_experiment_done`); 0 when it has not written any."""
+    try:
+        return _progress_file(directory, notebook).read_text().count("\n")
+    except OSError:
+        return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+from pathlib import Path
 
 import pytest
 import yaml
@@ -129,3 +130,50 @@ def test_notebooks_not_in_the_params_file_write_quick_figures(tmp_path, monkeypa
     seen.clear()
     assert runner.run_all(FULL_PARAMS, tmp_path / "out", only=["00"]) == 0   # make reproduce
     assert seen == {"00_prefill_vs_transfer": str(REPO_ROOT / "figures")}
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (from /proc)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(p.name))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_sigterm_stops_every_notebook_still_running(tmp_path):
+    # each notebook of a --jobs run has a session of its own, so a SIGTERM to the runner alone
+    # (a CI time limit, `timeout`) used to leave them and their kernels running; the runner now
+    # unwinds on SIGTERM as on Ctrl-C and stops them
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from btb_core.paths import REPO_ROOT
+
+    proc = subprocess.Popen([sys.executable, "-m", "btb_core.notebooks", "--only", "00", "01",
+                             "--jobs", "2", "--out", str(tmp_path)], cwd=REPO_ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    kernels: list[int] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(kernels) < 2:
+        time.sleep(0.2)
+        kernels = [k for child in _children(proc.pid) for k in _children(child)]
+    assert len(kernels) == 2, "the two notebooks' kernels did not start"
+    everyone = _children(proc.pid) + kernels
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    assert "terminated (the notebooks still running were stopped)" in proc.stderr.read().decode()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in everyone):
+        time.sleep(0.2)
+    alive = [p for p in everyone if Path(f"/proc/{p}/stat").exists()
+             and (Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z")]
+    assert not alive, f"left running: {alive}"

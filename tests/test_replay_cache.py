@@ -217,3 +217,33 @@ def test_parallel_runner_never_runs_two_notebooks_lines_together():
     _pump(io.BufferedReader(io.BytesIO(b"done\n")), "[03] ", console)
     console.say("[btb] (4/8) 03 done")
     assert out.getvalue() == "[04] bar 10%\r[04] bar 20%\n[03] done\n[btb] (4/8) 03 done\n"
+
+
+def test_experiments_are_counted_for_the_notebook_runner(tmp_path, monkeypatch, dataset):
+    # run_experiment records each finished experiment of the notebook named by $BTB_NOTEBOOK, so
+    # the runner can start a notebook reusing its cells before the notebook itself ends
+    from btb_core.notebooks import REUSES, reuses_met
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(replay_cache.ENV, str(cache))
+    monkeypatch.setenv(replay_cache.NOTEBOOK_ENV, "04_btb_replay")
+    waits = REUSES["06_beyond_the_rule"]
+    assert waits == (("04_btb_replay", 1),)
+    assert not reuses_met(waits, set(), {"04_btb_replay"}, cache)
+    assert replay_cache.experiments_done(cache, "04_btb_replay") == 0
+    experiment.run_experiment(dataset, policies=("least_load",), progress=False, workers=1)
+    assert replay_cache.experiments_done(cache, "04_btb_replay") == 1
+    assert reuses_met(waits, set(), {"04_btb_replay"}, cache)
+    assert not reuses_met((("04_btb_replay", 2),), set(), {"04_btb_replay"}, cache)
+    experiment.run_experiment(dataset, policies=("least_load",), progress=False, workers=1)  # all hits
+    assert replay_cache.experiments_done(cache, "04_btb_replay") == 2
+    # a notebook not started yet (a count left from elsewhere does not count), or no cache:
+    # only its end releases the waiting one
+    assert not reuses_met(waits, set(), set(), cache)
+    assert not reuses_met(waits, set(), {"04_btb_replay"}, None)
+    assert reuses_met(waits, {"04_btb_replay"}, {"04_btb_replay"}, None)
+    # no notebook named, or the cache off: nothing is written
+    monkeypatch.delenv(replay_cache.NOTEBOOK_ENV)
+    experiment.run_experiment(dataset, policies=("least_load",), progress=False, workers=1)
+    assert replay_cache.experiments_done(cache, "04_btb_replay") == 2
+    assert sorted(p.name for p in (cache / "progress").iterdir()) == ["04_btb_replay"]
