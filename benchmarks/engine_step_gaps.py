@@ -1,0 +1,200 @@
+"""Where a saturated real engine's time goes against the simulator's, step by step (issue 18).
+
+On one vLLM CPU server the simulator's mean TTFT comes out ~9% below the engine's (README
+section 14). This script looks for where that gap sits, offline, in a validation result
+(``btb validate-engine --out DIR``; default: the shipped run in
+``data/engine_validation/measured/``): no engine needed.
+
+For every run on ``--replicas`` servers it simulates the run again (same send times and replicas,
+the result's own fitted cost model, as ``btb_core.engine.validation.compare``) and records the
+simulator's engine steps (its ``chunked`` scheduler's operations: every chunk's new tokens ``S``
+and tokens already computed or cached ``C``). A step that completes a request's prompt ends at
+that request's first token, in the simulator and on the engine, so the time between two such
+steps on a replica that stayed busy between them is the duration of the steps in between, on both
+sides: this script compares them. Only stretches where the simulated replica never idles count
+(one server under the validation trace never idles; on two servers most gaps include idle time and
+are left out).
+
+Printed: per step of the run (numbered from the first), the median over runs of the real and the
+simulated duration and their ratio, with what the step did (chunks, new tokens, cached context,
+arrivals during it); then the step model of the simulator (``calibrate.design_row``'s terms: a
+fixed cost per step, per new token, per attention pair ``S C + S^2 / 2``, per token of context
+``C``, plus ``arrival_overhead_s`` per request arriving during the step) fitted by non-negative
+least squares to the *real* step durations, beside the calibration's fit of the same terms to
+lone requests. If the two fits agree, the gap is the engine's speed during the replays; if a term
+differs, the lone-request calibration misses how that term behaves in busy steps.
+
+Writes ``benchmarks/results_engine_step_gaps.json`` (temp file + rename; ``--out`` elsewhere).
+
+Run: ``.venv/bin/python benchmarks/engine_step_gaps.py [--result DIR] [--replicas 1]``
+"""
+
+from __future__ import annotations
+
+import argparse
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from _machine import machine_start, shown_path, write_json
+
+HERE = Path(__file__).resolve().parent
+
+#: The terms of the step model fitted to the real step durations, in this order.
+TERMS = ("step_overhead_s", "linear_s_per_token", "attention_s_per_pair", "context_s_per_token",
+         "arrival_overhead_s")
+
+
+@contextmanager
+def recorded_steps():
+    """Collect the simulator's operations while the block runs: ``(replica, start_s, kind,
+    [(request index, new tokens S, tokens before C), ...])`` per operation (by wrapping the
+    simulator's ``start_op`` for the block's duration)."""
+    from btb_core.sim.engine import Simulator
+
+    log: list = []
+    orig = Simulator.start_op
+
+    def start_op(self, rep, kind, duration, data):
+        log.append((rep.idx, self.now, kind,
+                    [(j.req.index, c, j.done_tokens) for j, c in data] if kind == "iter" else None))
+        return orig(self, rep, kind, duration, data)
+
+    Simulator.start_op = start_op
+    try:
+        yield log
+    finally:
+        Simulator.start_op = orig
+
+
+def run_intervals(real: pd.DataFrame, trace, fitted, num_replicas: int) -> list[dict]:
+    """The busy stretches between consecutive prompt-completing steps of one run (see the module
+    docstring), one dict each: replica, step (its index among the replica's steps), real and
+    simulated duration (s), chunks, new tokens, attention pairs, context tokens and arrivals of
+    the step that ends the stretch (the stretch is that one step when the previous step also
+    completed a prompt, as here on one server)."""
+    from btb_core.engine.validation import compare
+
+    with recorded_steps() as ops:
+        df = compare(real, trace, fitted, num_replicas)
+    sent = df["sent_s"].to_numpy()
+    real_fin = sent + df["ttft_s"].to_numpy()
+    sim_fin = sent + df["sim_ttft_s"].to_numpy()
+    replica_of = df["replica"].to_numpy()
+    out = []
+    for r in range(num_replicas):
+        mine = [op for op in ops if op[0] == r]
+        steps = [op for op in mine if op[2] == "iter"]
+        last = {}
+        for k, op in enumerate(steps):
+            for i, _s, _c in op[3]:
+                last[i] = k
+        ends = {}
+        for i, k in last.items():
+            ends.setdefault(k, []).append(i)
+        prev = None
+        for k, op in enumerate(steps):
+            if k not in ends:
+                continue
+            fin = ends[k]
+            rf = max(real_fin[i] for i in fin)
+            sf = max(sim_fin[i] for i in fin)
+            # busy throughout: the previous step completed a prompt and this one started when it
+            # ended (its requests' simulated first token, less the front-end latency)
+            if prev is not None and prev[2] == k - 1 and abs(op[1] - (prev[1] - fitted.frontend_s)) < 1e-6:
+                ch = op[3]
+                arrivals = int(((sent >= op[1]) & (sent < sf) & (replica_of == r)).sum())
+                out.append({"replica": r, "step": k, "real_s": rf - prev[0], "sim_s": sf - prev[1],
+                            "chunks": len(ch), "finished": len(fin),
+                            "new_tokens": sum(s for _, s, _ in ch),
+                            "pairs": sum(s * c + 0.5 * s * s for _, s, c in ch),
+                            "context_tokens": sum(c for _, _, c in ch), "arrivals": arrivals})
+            prev = (rf, sf, k)
+    return out
+
+
+def fit_steps(d: pd.DataFrame, column: str) -> dict:
+    """Non-negative least squares of ``d[column]`` on the step model's terms (:data:`TERMS`);
+    returns the coefficients and the fit's rms relative error."""
+    from btb_core.engine.calibrate import _nnls
+
+    a = np.column_stack([np.ones(len(d)), d["new_tokens"], d["pairs"], d["context_tokens"],
+                         d["arrivals"]]).astype(float)
+    y = d[column].to_numpy(dtype=float)
+    coef = _nnls(a / y[:, None], np.ones(len(y)))      # relative error, as the calibration fits
+    rel = a @ coef / y - 1.0
+    return {**{t: float(c) for t, c in zip(TERMS, coef)},
+            "rms_rel_error": float(np.sqrt(np.mean(rel ** 2)))}
+
+
+def analyse(result_dir, num_replicas: int = 1) -> dict:
+    """Everything the script prints, as a dict (see the module docstring)."""
+    from btb_core.engine.validation import head, load_result, load_validation_trace
+
+    result = load_result(result_dir)
+    fitted = result.fitted_for(num_replicas)
+    reqs = result.requests
+    reqs = reqs[reqs["num_replicas"] == num_replicas]
+    if reqs.empty:
+        raise SystemExit(f"{result_dir}: no run on {num_replicas} server(s) in this result")
+    rows = []
+    for (policy, repeat), real in reqs.groupby(["policy", "repeat"], sort=False):
+        real = real.reset_index(drop=True)
+        trace = head(load_validation_trace(), len(real))
+        for row in run_intervals(real, trace, fitted, num_replicas):
+            rows.append({"policy": policy, "repeat": int(repeat), **row})
+    if not rows:
+        raise SystemExit(f"{result_dir}: no busy stretch between prompt-completing steps on "
+                         f"{num_replicas} server(s)")
+    d = pd.DataFrame(rows)
+    d["ratio"] = d["real_s"] / d["sim_s"]
+    per_step = (d.groupby("step").agg(runs=("ratio", "size"), real_s=("real_s", "median"),
+                                      sim_s=("sim_s", "median"), ratio=("ratio", "median"),
+                                      chunks=("chunks", "median"), new_tokens=("new_tokens", "median"),
+                                      context_tokens=("context_tokens", "median"),
+                                      arrivals=("arrivals", "median"))
+                .reset_index())
+    calib = {t: float(getattr(fitted, t)) for t in TERMS}
+    return {"result": shown_path(result_dir), "num_replicas": num_replicas, "runs": int(len(
+        d.groupby(["policy", "repeat"]))), "intervals": int(len(d)),
+            "real_over_sim_median": float(d["ratio"].median()),
+            "real_minus_sim_mean_s": float((d["real_s"] - d["sim_s"]).mean()),
+            "real_total_s": float(d["real_s"].sum()), "sim_total_s": float(d["sim_s"].sum()),
+            "calibration_fit": calib, "fit_to_real_steps": fit_steps(d, "real_s"),
+            "fit_to_simulated_steps": fit_steps(d, "sim_s"),
+            "per_step": per_step.round(6).to_dict("records")}
+
+
+def main(argv=None) -> int:
+    from btb_core.engine.validation import SHIPPED_RESULT
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--result", type=Path, default=Path(SHIPPED_RESULT),
+                    help="a validation result folder (default: the shipped measured run)")
+    ap.add_argument("--replicas", type=int, default=1, help="server count of the runs (default 1)")
+    ap.add_argument("--out", type=Path, default=HERE / "results_engine_step_gaps.json")
+    args = ap.parse_args(argv)
+    if args.replicas < 1:
+        ap.error(f"--replicas {args.replicas}: must be >= 1")
+    if not args.out.parent.is_dir():
+        ap.error(f"--out {args.out}: folder {args.out.parent} does not exist")
+    machine = machine_start()
+    out = analyse(args.result, args.replicas)
+    pd.set_option("display.width", 160)
+    print(f"{out['runs']} runs on {args.replicas} server(s), {out['intervals']} busy steps; "
+          f"real / simulated step duration: median {out['real_over_sim_median']:.3f}, "
+          f"{out['real_total_s']:.2f} s against {out['sim_total_s']:.2f} s in all")
+    print(pd.DataFrame(out["per_step"]).round(3).to_string(index=False))
+    fits = pd.DataFrame({"calibration (lone requests)": out["calibration_fit"],
+                         "fitted to the real steps": out["fit_to_real_steps"],
+                         "fitted to the simulated steps": out["fit_to_simulated_steps"]})
+    print(fits.to_string(float_format=lambda v: f"{v:.4g}"))
+    write_json(args.out, {"machine": machine, **out})
+    print(f"wrote {shown_path(args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

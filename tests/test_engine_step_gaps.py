@@ -1,0 +1,65 @@
+"""``benchmarks/engine_step_gaps.py``: real vs simulated step durations of a validation result
+(offline, on the shipped measured run; no engine needed)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def gaps():
+    sys.path.insert(0, str(BENCH))
+    try:
+        import engine_step_gaps
+    finally:
+        sys.path.remove(str(BENCH))
+    return engine_step_gaps
+
+
+@pytest.fixture(scope="module")
+def shipped(gaps):
+    from btb_core.engine.validation import SHIPPED_RESULT
+
+    return gaps.analyse(SHIPPED_RESULT, 1)
+
+
+def test_the_method_recovers_the_simulators_own_step_model(shipped):
+    # fitted to the *simulated* step durations, the step model must give back the cost model the
+    # simulator ran with (the calibration's), term by term; the fixed cost per step also takes
+    # the decode tokens sharing each step, which the fit has no term for
+    cal, sim = shipped["calibration_fit"], shipped["fit_to_simulated_steps"]
+    for term in ("linear_s_per_token", "attention_s_per_pair", "context_s_per_token",
+                 "arrival_overhead_s"):
+        assert sim[term] == pytest.approx(cal[term], rel=0.05), term
+    assert sim["rms_rel_error"] < 0.005
+
+
+def test_shipped_one_server_run_pinned(shipped):
+    # 12 one-server runs of 17 prompt-completing steps each, the first not counted (no step
+    # before it): every step's real and simulated duration, and the median gap the README quotes
+    assert shipped["runs"] == 12 and shipped["intervals"] == 12 * 17
+    assert [s["step"] for s in shipped["per_step"]] == list(range(1, 18))
+    assert shipped["real_over_sim_median"] == pytest.approx(1.053, abs=0.001)
+    assert shipped["fit_to_real_steps"]["arrival_overhead_s"] == pytest.approx(
+        shipped["calibration_fit"]["arrival_overhead_s"], rel=0.05)
+
+
+def test_cli_writes_json_and_refuses_bad_arguments(gaps, tmp_path, capsys):
+    out = tmp_path / "gaps.json"
+    assert gaps.main(["--out", str(out)]) == 0
+    assert "busy steps; real / simulated step duration: median 1.053" in capsys.readouterr().out
+    got = json.loads(out.read_text())
+    assert got["intervals"] == 204 and got["result"] == "data/engine_validation/measured"
+    with pytest.raises(SystemExit, match="no run on 3 server"):
+        gaps.main(["--replicas", "3", "--out", str(out)])
+    for argv, says in ((["--replicas", "0"], "--replicas 0: must be >= 1"),
+                       (["--out", str(tmp_path / "no" / "x.json")], "does not exist")):
+        with pytest.raises(SystemExit):
+            gaps.main(argv)
+        assert says in capsys.readouterr().err
