@@ -5,15 +5,16 @@ section 14). This script looks for where that gap sits, offline, in a validation
 (``btb validate-engine --out DIR``; default: the shipped run in
 ``data/engine_validation/measured/``): no engine needed.
 
-For every run on ``--replicas`` servers it simulates the run again (same send times and replicas,
-the result's own fitted cost model, as ``btb_core.engine.validation.compare``) and records the
+For every one-server run it simulates the run again (same send times, the result's own fitted
+cost model, as ``btb_core.engine.validation.compare``) and records the
 simulator's engine steps (its ``chunked`` scheduler's operations: every chunk's new tokens ``S``
 and tokens already computed or cached ``C``). A step that completes a request's prompt ends at
 that request's first token, in the simulator and on the engine, so the time between two such
 steps on a replica that stayed busy between them is the duration of the steps in between, on both
-sides: this script compares them. Only stretches where the simulated replica never idles count
-(one server under the validation trace never idles; on two servers most gaps include idle time and
-are left out).
+sides: this script compares them. That holds only where the server never idles between the two
+steps, on the engine as in the simulator, which one server under the validation trace never
+does; on two servers the engine's gaps between first tokens include idle time the simulator does
+not see there, so the script reads one-server runs only.
 
 Printed: per step of the run (numbered from the first), the median over runs of the real and the
 simulated duration and their ratio, with what the step did (chunks, new tokens, cached context,
@@ -24,9 +25,10 @@ least squares to the *real* step durations, beside the calibration's fit of the 
 lone requests. If the two fits agree, the gap is the engine's speed during the replays; if a term
 differs, the lone-request calibration misses how that term behaves in busy steps.
 
-Writes ``benchmarks/results_engine_step_gaps.json`` (temp file + rename; ``--out`` elsewhere).
+Writes ``benchmarks/results_engine_step_gaps.json`` (temp file + rename; ``--out`` elsewhere): the
+same input gives the same file, byte for byte.
 
-Run: ``.venv/bin/python benchmarks/engine_step_gaps.py [--result DIR] [--replicas 1]``
+Run: ``.venv/bin/python benchmarks/engine_step_gaps.py [--result DIR] [--out FILE]``
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from _machine import machine_start, shown_path, write_json
+from _machine import shown_path, write_json
 
 HERE = Path(__file__).resolve().parent
 
@@ -129,16 +131,27 @@ def fit_steps(d: pd.DataFrame, column: str) -> dict:
             "rms_rel_error": float(np.sqrt(np.mean(rel ** 2)))}
 
 
-def analyse(result_dir, num_replicas: int = 1) -> dict:
-    """Everything the script prints, as a dict (see the module docstring)."""
+def analyse(result_dir) -> dict:
+    """Everything the script prints, as a dict (see the module docstring). Raises ``SystemExit``
+    with a one-line message when ``result_dir`` is not a readable validation result or has no
+    one-server run."""
     from btb_core.engine.validation import head, load_result, load_validation_trace
 
-    result = load_result(result_dir)
-    fitted = result.fitted_for(num_replicas)
+    num_replicas = 1
+    path = Path(result_dir)
+    if not path.is_dir():
+        raise SystemExit(f"{result_dir}: no such folder (a `btb validate-engine --out DIR` result)")
+    try:
+        result = load_result(path)
+    except (OSError, ValueError, KeyError) as exc:      # missing files, bad JSON or CSV
+        raise SystemExit(f"{result_dir}: not a readable validation result "
+                         f"(`btb validate-engine --out DIR` writes one): {type(exc).__name__}: {exc}")
     reqs = result.requests
     reqs = reqs[reqs["num_replicas"] == num_replicas]
     if reqs.empty:
-        raise SystemExit(f"{result_dir}: no run on {num_replicas} server(s) in this result")
+        raise SystemExit(f"{result_dir}: no one-server run in this result (run "
+                         f"`btb validate-engine --replicas 1 ...`)")
+    fitted = result.fitted_for(num_replicas)
     rows = []
     for (policy, repeat), real in reqs.groupby(["policy", "repeat"], sort=False):
         real = real.reset_index(drop=True)
@@ -146,8 +159,8 @@ def analyse(result_dir, num_replicas: int = 1) -> dict:
         for row in run_intervals(real, trace, fitted, num_replicas):
             rows.append({"policy": policy, "repeat": int(repeat), **row})
     if not rows:
-        raise SystemExit(f"{result_dir}: no busy stretch between prompt-completing steps on "
-                         f"{num_replicas} server(s)")
+        raise SystemExit(f"{result_dir}: no busy stretch between prompt-completing steps in its "
+                         f"one-server runs")
     d = pd.DataFrame(rows)
     d["ratio"] = d["real_s"] / d["sim_s"]
     per_step = (d.groupby("step").agg(runs=("ratio", "size"), real_s=("real_s", "median"),
@@ -157,7 +170,9 @@ def analyse(result_dir, num_replicas: int = 1) -> dict:
                                       arrivals=("arrivals", "median"))
                 .reset_index())
     calib = {t: float(getattr(fitted, t)) for t in TERMS}
-    return {"result": shown_path(result_dir), "num_replicas": num_replicas, "runs": int(len(
+    shown = shown_path(result_dir)
+    return {"result": shown if not Path(shown).is_absolute() else Path(shown).name,
+            "num_replicas": num_replicas, "runs": int(len(
         d.groupby(["policy", "repeat"]))), "intervals": int(len(d)),
             "real_over_sim_median": float(d["ratio"].median()),
             "real_minus_sim_mean_s": float((d["real_s"] - d["sim_s"]).mean()),
@@ -173,17 +188,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--result", type=Path, default=Path(SHIPPED_RESULT),
                     help="a validation result folder (default: the shipped measured run)")
-    ap.add_argument("--replicas", type=int, default=1, help="server count of the runs (default 1)")
-    ap.add_argument("--out", type=Path, default=HERE / "results_engine_step_gaps.json")
+    ap.add_argument("--out", type=Path, default=HERE / "results_engine_step_gaps.json",
+                    help="JSON file written (default: benchmarks/results_engine_step_gaps.json)")
     args = ap.parse_args(argv)
-    if args.replicas < 1:
-        ap.error(f"--replicas {args.replicas}: must be >= 1")
+    if args.out.is_dir():
+        ap.error(f"--out {args.out}: is a folder; give a file name")
     if not args.out.parent.is_dir():
         ap.error(f"--out {args.out}: folder {args.out.parent} does not exist")
-    machine = machine_start()
-    out = analyse(args.result, args.replicas)
+    out = analyse(args.result)
     pd.set_option("display.width", 160)
-    print(f"{out['runs']} runs on {args.replicas} server(s), {out['intervals']} busy steps; "
+    print(f"{out['runs']} one-server runs, {out['intervals']} busy steps; "
           f"real / simulated step duration: median {out['real_over_sim_median']:.3f}, "
           f"{out['real_total_s']:.2f} s against {out['sim_total_s']:.2f} s in all")
     print(pd.DataFrame(out["per_step"]).round(3).to_string(index=False))
@@ -191,7 +205,7 @@ def main(argv=None) -> int:
                          "fitted to the real steps": out["fit_to_real_steps"],
                          "fitted to the simulated steps": out["fit_to_simulated_steps"]})
     print(fits.to_string(float_format=lambda v: f"{v:.4g}"))
-    write_json(args.out, {"machine": machine, **out})
+    write_json(args.out, out)
     print(f"wrote {shown_path(args.out)}")
     return 0
 

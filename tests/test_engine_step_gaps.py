@@ -26,7 +26,7 @@ def gaps():
 def shipped(gaps):
     from btb_core.engine.validation import SHIPPED_RESULT
 
-    return gaps.analyse(SHIPPED_RESULT, 1)
+    return gaps.analyse(SHIPPED_RESULT)
 
 
 def test_the_method_recovers_the_simulators_own_step_model(shipped):
@@ -56,10 +56,26 @@ def test_cli_writes_json_and_refuses_bad_arguments(gaps, tmp_path, capsys):
     assert "busy steps; real / simulated step duration: median 1.053" in capsys.readouterr().out
     got = json.loads(out.read_text())
     assert got["intervals"] == 204 and got["result"] == "data/engine_validation/measured"
-    with pytest.raises(SystemExit, match="no run on 3 server"):
-        gaps.main(["--replicas", "3", "--out", str(out)])
-    for argv, says in ((["--replicas", "0"], "--replicas 0: must be >= 1"),
-                       (["--out", str(tmp_path / "no" / "x.json")], "does not exist")):
+    first = out.read_bytes()
+    assert gaps.main(["--out", str(out)]) == 0 and out.read_bytes() == first   # reproducible
+    capsys.readouterr()
+    # a result without one-server runs: the shipped one's two-server runs only
+    from btb_core.engine.validation import SHIPPED_RESULT, load_result, save_result
+
+    res = load_result(SHIPPED_RESULT)
+    res.requests = res.requests[res.requests["num_replicas"] == 2]
+    two = tmp_path / "two"
+    save_result(res, two)
+    with pytest.raises(SystemExit, match="no one-server run in this result"):
+        gaps.main(["--result", str(two), "--out", str(out)])
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "summary.json").write_text("not json")
+    for result, says in ((tmp_path / "none", "no such folder"),
+                         (tmp_path / "junk", "not a readable validation result")):
+        with pytest.raises(SystemExit, match=says):
+            gaps.main(["--result", str(result), "--out", str(out)])
+    for argv, says in ((["--out", str(tmp_path / "no" / "x.json")], "does not exist"),
+                       (["--out", str(tmp_path)], "is a folder")):
         with pytest.raises(SystemExit):
             gaps.main(argv)
         assert says in capsys.readouterr().err
