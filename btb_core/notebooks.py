@@ -440,8 +440,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"btb notebooks: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"btb notebooks: {'terminated' if terminated else 'interrupted'} (the notebooks "
-              f"still running were stopped)", file=sys.stderr)
+        if not args.quiet:       # (a notebook's own process: the runner that started it says it)
+            print(f"btb notebooks: {'terminated' if terminated else 'interrupted'} (the notebooks "
+                  f"still running were stopped)", file=sys.stderr)
         return 128 + signal.SIGTERM if terminated else 130
 
 

@@ -135,10 +135,13 @@ def test_replay_dataset_says_when_no_window_is_normal(dataset, tmp_path, capsys)
     df.to_parquet(tmp_path / "test.parquet", index=False)
     (tmp_path / "manifest.json").write_text((dataset / "manifest.json").read_text())
     base = ["replay", "--policy", "cache_aware", "--setup", "70b_h100x4"]
-    assert main(base + ["--dataset", str(tmp_path)]) == 0
-    assert "split 'test' has no normal windows in the replayed ones" in capsys.readouterr().out
+    for extra in ([], ["--json"]):
+        assert main(base + ["--dataset", str(tmp_path)] + extra) == 0
+        got = capsys.readouterr()
+        assert "split 'test' has no normal window among those replayed" in got.err
+        assert "normal window" not in got.out
     assert main(base + ["--dataset", str(dataset)]) == 0
-    assert "no normal windows" not in capsys.readouterr().out
+    assert "normal window" not in capsys.readouterr().err
 
 
 def test_replay_trace_key_value_floats_as_tables_print_them(small_trace, capsys):

@@ -185,6 +185,9 @@ def _run_dataset(args) -> int:
                          attention=not args.linear)
     if args.out is not None:
         _write_parquet(res.requests, args.out, args.overwrite)
+    if len(res.results) and "normal" not in set(res.results.get("dataset", ())):
+        print(f"btb replay: note: split {args.split!r} has no normal window among those replayed: "
+              f"every row is 'bursted' (all windows), none 'normal'", file=sys.stderr)
     if args.json:
         payload = {"results": jsonable(res.results.to_dict("records"))}
         if "continuous" in res.info:     # --continuous: the back-to-back run's rows too
@@ -197,9 +200,6 @@ def _run_dataset(args) -> int:
                      float_format="%.3f", floats=measured_floats(table)))
         if not args.wide and (note := more_columns_note(res.results.columns, main)):
             print(note)
-        if "normal" not in set(res.results.get("dataset", ())) and len(res.results):
-            print(f"(split {args.split!r} has no normal windows in the replayed ones: every row is "
-                  f"'bursted', none 'normal')")
         if "continuous" in res.info:
             print("\ncontinuous run:")
             print(render(res.info["continuous"][["setup", "scheduler", "policy", "ttft_mean_s",
