@@ -183,10 +183,16 @@ def test_2d_avoids_a_replica_with_full_kv_and_breaks_ties_at_random():
         router.reset(view)
         picks.append(router.route(req(i, (100 + i,))))
     assert set(picks) == {0, 1, 2, 3}                 # idle ties: every replica, not index 0
-    view.kv[2] = 0.99
+    view.kv[2] = 1.0                                  # all of its KV budget in use: avoided
     for i in range(40):
         router.reset(view)
         assert router.route(req(i, (200 + i,))) != 2
+    view.kv[2] = 0.99                                 # nearly full: avoided only below the default
+    assert {router.reset(view) or router.route(req(i, (300 + i,))) for i in range(40)} == {0, 1, 2, 3}
+    strict = BTBAdaptiveRouter(kv_full_fraction=0.95)
+    for i in range(40):
+        strict.reset(view)
+        assert strict.route(req(i, (400 + i,))) != 2
 
 
 # -- 2e least predicted TTFT: warm, landing or cold ---------------------------------------------------
