@@ -90,7 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     from .trace import TraceWarning
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:     # argparse reports a command's unknown options with the top-level usage
+        command = parser._subparsers._group_actions[0].choices[args.command]
+        command.error(f"unrecognized arguments: {' '.join(extras)}")
 
     def one_line(message, category, filename, lineno, file=None, line=None):
         (file or sys.stderr).write(f"btb {args.command}: warning: {message}\n")

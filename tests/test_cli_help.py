@@ -89,3 +89,15 @@ def test_suite_help_counts_the_shapes_there_are():
     _, subs = _subparsers()
     text = " ".join(subs["suite"].format_help().split())
     assert f"the whole suite, {len(SHAPES)} shapes" in text
+
+
+@pytest.mark.parametrize("argv", [["audit", "--trace", "x.jsonl"], ["cost", "--nope", "1"]])
+def test_unknown_option_shows_the_commands_usage(argv, capsys):
+    # argparse reports a subcommand's unknown option with the top-level usage ("btb COMMAND ...");
+    # the command's own usage says which options exist
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert err.startswith(f"usage: btb {argv[0]} ")
+    assert f"btb {argv[0]}: error: unrecognized arguments: {argv[1]}" in err
