@@ -51,17 +51,17 @@ TERMS = ("step_overhead_s", "linear_s_per_token", "attention_s_per_pair", "conte
 
 @contextmanager
 def recorded_steps():
-    """Collect the simulator's operations while the block runs: ``(replica, start_s, kind,
-    [(request index, new tokens S, tokens before C), ...])`` per operation (by wrapping the
-    simulator's ``start_op`` for the block's duration)."""
+    """Collect the simulator's engine steps while the block runs: ``(start_s, [(request index,
+    new tokens S, tokens before C), ...])`` per ``iter`` operation, in order (by wrapping the
+    simulator's ``start_op`` for the block's duration; one server, so no replica is recorded)."""
     from btb_core.sim.engine import Simulator
 
     log: list = []
     orig = Simulator.start_op
 
     def start_op(self, rep, kind, duration, data):
-        log.append((rep.idx, self.now, kind,
-                    [(j.req.index, c, j.done_tokens) for j, c in data] if kind == "iter" else None))
+        if kind == "iter":
+            log.append((self.now, [(j.req.index, c, j.done_tokens) for j, c in data]))
         return orig(self, rep, kind, duration, data)
 
     Simulator.start_op = start_op
@@ -71,49 +71,43 @@ def recorded_steps():
         Simulator.start_op = orig
 
 
-def run_intervals(real: pd.DataFrame, trace, fitted, num_replicas: int) -> list[dict]:
-    """The busy stretches between consecutive prompt-completing steps of one run (see the module
-    docstring), one dict each: replica, step (its index among the replica's steps), real and
-    simulated duration (s), chunks, new tokens, attention pairs, context tokens and arrivals of
-    the step that ends the stretch (the stretch is that one step when the previous step also
-    completed a prompt, as here on one server)."""
+def run_intervals(real: pd.DataFrame, trace, fitted) -> list[dict]:
+    """The busy stretches between consecutive prompt-completing steps of one one-server run (see
+    the module docstring), one dict each: step (its index among the run's steps), real and
+    simulated duration (s), and the chunks, new tokens, attention pairs, context tokens and
+    arrivals of that step."""
     from btb_core.engine.validation import compare
 
-    with recorded_steps() as ops:
-        df = compare(real, trace, fitted, num_replicas)
+    with recorded_steps() as steps:
+        df = compare(real, trace, fitted, 1)
     sent = df["sent_s"].to_numpy()
     real_fin = sent + df["ttft_s"].to_numpy()
     sim_fin = sent + df["sim_ttft_s"].to_numpy()
-    replica_of = df["replica"].to_numpy()
+    last = {}                         # request -> the step that completes its prompt
+    for k, (_start, chunks) in enumerate(steps):
+        for i, _s, _c in chunks:
+            last[i] = k
+    ends: dict = {}
+    for i, k in last.items():
+        ends.setdefault(k, []).append(i)
     out = []
-    for r in range(num_replicas):
-        mine = [op for op in ops if op[0] == r]
-        steps = [op for op in mine if op[2] == "iter"]
-        last = {}
-        for k, op in enumerate(steps):
-            for i, _s, _c in op[3]:
-                last[i] = k
-        ends = {}
-        for i, k in last.items():
-            ends.setdefault(k, []).append(i)
-        prev = None
-        for k, op in enumerate(steps):
-            if k not in ends:
-                continue
-            fin = ends[k]
-            rf = max(real_fin[i] for i in fin)
-            sf = max(sim_fin[i] for i in fin)
-            # busy throughout: the previous step completed a prompt and this one started when it
-            # ended (its requests' simulated first token, less the front-end latency)
-            if prev is not None and prev[2] == k - 1 and abs(op[1] - (prev[1] - fitted.frontend_s)) < 1e-6:
-                ch = op[3]
-                arrivals = int(((sent >= op[1]) & (sent < sf) & (replica_of == r)).sum())
-                out.append({"replica": r, "step": k, "real_s": rf - prev[0], "sim_s": sf - prev[1],
-                            "chunks": len(ch), "finished": len(fin),
-                            "new_tokens": sum(s for _, s, _ in ch),
-                            "pairs": sum(s * c + 0.5 * s * s for _, s, c in ch),
-                            "context_tokens": sum(c for _, _, c in ch), "arrivals": arrivals})
-            prev = (rf, sf, k)
+    prev = None
+    for k, (start, chunks) in enumerate(steps):
+        fin = ends.get(k)
+        if not fin:
+            continue
+        rf = max(real_fin[i] for i in fin)
+        sf = max(sim_fin[i] for i in fin)
+        # busy throughout: the previous step completed a prompt and this one started when it
+        # ended (its requests' simulated first token, less the front-end latency)
+        if prev is not None and prev[2] == k - 1 and abs(start - (prev[1] - fitted.frontend_s)) < 1e-6:
+            out.append({"step": k, "real_s": rf - prev[0], "sim_s": sf - prev[1],
+                        "chunks": len(chunks), "finished": len(fin),
+                        "new_tokens": sum(s for _, s, _ in chunks),
+                        "pairs": sum(s * c + 0.5 * s * s for _, s, c in chunks),
+                        "context_tokens": sum(c for _, _, c in chunks),
+                        "arrivals": int(((sent >= start) & (sent < sf)).sum())})
+        prev = (rf, sf, k)
     return out
 
 
@@ -156,7 +150,7 @@ def analyse(result_dir) -> dict:
     for (policy, repeat), real in reqs.groupby(["policy", "repeat"], sort=False):
         real = real.reset_index(drop=True)
         trace = head(load_validation_trace(), len(real))
-        for row in run_intervals(real, trace, fitted, num_replicas):
+        for row in run_intervals(real, trace, fitted):
             rows.append({"policy": policy, "repeat": int(repeat), **row})
     if not rows:
         raise SystemExit(f"{result_dir}: no busy stretch between prompt-completing steps in its "

@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, p in sub.choices.items():
         p.description = wrap(plain(p.description))
         p.formatter_class = argparse.RawDescriptionHelpFormatter
+        p.set_defaults(command_parser=p)      # for the command's own usage in errors (main)
         if name in EXAMPLES and not p.epilog:
             p.epilog = f"example:\n  {EXAMPLES[name]}"
     return parser
@@ -92,8 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
     if extras:     # argparse reports a command's unknown options with the top-level usage
-        command = parser._subparsers._group_actions[0].choices[args.command]
-        command.error(f"unrecognized arguments: {' '.join(extras)}")
+        args.command_parser.error(f"unrecognized arguments: {' '.join(extras)}")
 
     def one_line(message, category, filename, lineno, file=None, line=None):
         (file or sys.stderr).write(f"btb {args.command}: warning: {message}\n")

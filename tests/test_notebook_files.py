@@ -178,3 +178,10 @@ def test_sigterm_stops_every_notebook_still_running(tmp_path):
     alive = [p for p in everyone if Path(f"/proc/{p}/stat").exists()
              and (Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z")]
     assert not alive, f"left running: {alive}"
+
+
+def test_make_reproduce_draws_notebook_07_from_the_shipped_run():
+    # with the engine installed (after make test) notebook 07 would measure anew at full size for
+    # ~13 minutes and overwrite the shipped figures/07_*: make reproduce must not
+    params = yaml.safe_load(FULL_PARAMS.read_text())
+    assert params["07_real_engine"]["use_engine"] is False
