@@ -635,7 +635,7 @@ def ensure_dataset(preset: str = "quick", seed: int = 0, out_dir=None, **overrid
             fcntl.flock(lock, fcntl.LOCK_EX)     # released when the file is closed
         if not manifest.exists():
             cfg = synth.preset(preset, **overrides)
-            ds = synth.build(None, cfg, seed=seed)
+            ds = synth.build(None, cfg, seed=seed, preset_name=preset)
             synth.write(ds, out, overwrite=True)
     return out
 

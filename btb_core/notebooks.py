@@ -162,7 +162,56 @@ def _execute(nb: Path, out_dir: Path, parameters: dict, socket_dir: str) -> str 
         )
     except pm.PapermillExecutionError as exc:
         return f"{nb.name} failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
+    except KeyboardInterrupt:
+        _mark_interrupted(out_dir / nb.name)
+        raise
     return None
+
+
+#: ``id`` of the cell :func:`_mark_interrupted` puts first in an executed notebook.
+INTERRUPTED_CELL_ID = "btb-interrupted"
+
+
+def _mark_interrupted(path: Path) -> None:
+    """Mark the executed copy ``path`` of a notebook stopped by Ctrl-C or SIGTERM as such.
+
+    papermill saves the copy as it goes and, on any exception, ends with every cell it had not
+    reached marked ``completed`` (``NotebookExecutionManager.notebook_complete``), so the copy
+    of a stopped run looked finished. Here the cells that never ran get ``pending`` back, the
+    one running when the run was stopped ``failed``, the notebook's metadata
+    ``papermill.exception`` true, and a first markdown cell says where it stopped. A copy that
+    cannot be read (stopped before papermill first saved it) is left alone; the rewrite goes
+    through a temporary file and a rename.
+    """
+    import nbformat
+
+    try:
+        nb = nbformat.read(str(path), as_version=4)
+    except (OSError, ValueError):
+        return
+    stopped_at = None
+    for i, cell in enumerate(nb.cells):
+        meta = cell.get("metadata", {}).get("papermill")
+        if meta is None or cell.cell_type != "code":
+            continue
+        if meta.get("status") in ("running", "failed"):   # (failed: marked by an earlier call)
+            meta["status"], meta["exception"] = "failed", True
+            stopped_at = i if stopped_at is None else stopped_at
+        elif cell.get("execution_count") is None and meta.get("start_time") is None:
+            meta["status"] = "pending"
+            stopped_at = i if stopped_at is None else stopped_at
+    nb.metadata.setdefault("papermill", {})["exception"] = True
+    where = (f"code cell {sum(c.cell_type == 'code' for c in nb.cells[:stopped_at]) + 1}"
+             if stopped_at is not None else "its end")
+    note = nbformat.v4.new_markdown_cell(
+        f"**This run was stopped (Ctrl-C or SIGTERM) at {where}: the cells from there on did "
+        "not run, and their outputs are missing or stale.**")
+    note.id = INTERRUPTED_CELL_ID
+    nb.cells = [c for c in nb.cells if c.get("id") != INTERRUPTED_CELL_ID]
+    nb.cells.insert(0, note)
+    tmp = path.with_name(path.name + ".tmp")
+    nbformat.write(nb, str(tmp))
+    os.replace(tmp, path)
 
 
 def run_all(params_file: Path | None, out_dir: Path, only: list[str] | None = None, jobs: int = 1,
@@ -289,9 +338,10 @@ class _Console:
         self.lock = threading.Lock()
         self.last = None            # who wrote last
         self.at_start = True        # the last write ended a line
+        self.muted = False          # True: the notebooks' output is dropped (they are being stopped)
 
     def write(self, source, text: str) -> None:
-        if not text:
+        if not text or (self.muted and source is not None):
             return
         with self.lock:
             if source != self.last and not self.at_start:
@@ -399,6 +449,9 @@ def _run_parallel(notebooks: list[Path], params_file: Path | None, out_dir: Path
             if status:
                 break
     finally:
+        # notebooks stopped here print their kernels' complaints about closed sockets (ZMQ
+        # tracebacks): not worth showing; their executed copies say where they stopped
+        console.muted = bool(running)
         for nb, proc, pump, start in running.values():
             try:
                 os.killpg(proc.pid, signal.SIGTERM)   # the notebook's process group: papermill,

@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from btb_core.notebooks import FULL_PARAMS, KERNEL_NAME, size_parameters
+import nbformat
+
+from btb_core.notebooks import FULL_PARAMS, INTERRUPTED_CELL_ID, KERNEL_NAME, _mark_interrupted, \
+    size_parameters
 from btb_core.paths import REPO_ROOT
 
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -147,6 +150,33 @@ def _children(pid: int) -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_stopped_notebook_copy_says_where_it_stopped(tmp_path):
+    # papermill ends a stopped run with every cell it had not reached marked "completed"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# title")]
+    for i, status in enumerate(["completed", "completed", "running", "completed", "completed"]):
+        c = nbformat.v4.new_code_cell(f"x = {i}")
+        c.metadata["papermill"] = {"status": status, "exception": False,
+                                   "start_time": None if i > 2 else "2026-12-02T10:00:00"}
+        c.execution_count = i + 1 if i < 2 else None
+        nb.cells.append(c)
+    nb.metadata["papermill"] = {"exception": None}
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, str(path))
+    _mark_interrupted(path)
+    _mark_interrupted(path)                   # twice: still one note
+    out = nbformat.read(str(path), as_version=4)
+    assert [c.id for c in out.cells].count(INTERRUPTED_CELL_ID) == 1
+    assert out.cells[0].id == INTERRUPTED_CELL_ID and "at code cell 3:" in out.cells[0].source
+    assert [c.metadata["papermill"]["status"] for c in out.cells if c.cell_type == "code"] == [
+        "completed", "completed", "failed", "pending", "pending"]
+    assert out.metadata.papermill.exception is True
+    assert not list(tmp_path.glob("*.tmp"))
+    (tmp_path / "broken.ipynb").write_text("{not json")
+    _mark_interrupted(tmp_path / "broken.ipynb")          # unreadable: left as it is
+    assert (tmp_path / "broken.ipynb").read_text() == "{not json"
+
+
 def test_sigterm_stops_every_notebook_still_running(tmp_path):
     # each notebook of a --jobs run has a session of its own, so a SIGTERM to the runner alone
     # (a CI time limit, `timeout`) used to leave them and their kernels running; the runner now
@@ -167,11 +197,21 @@ def test_sigterm_stops_every_notebook_still_running(tmp_path):
         time.sleep(0.2)
         kernels = [k for child in _children(proc.pid) for k in _children(child)]
     assert len(kernels) == 2, "the two notebooks' kernels did not start"
+    copies = [tmp_path / "00_prefill_vs_transfer.ipynb", tmp_path / "01_trace_audit.ipynb"]
+    while time.monotonic() < deadline and not all(p.exists() for p in copies):
+        time.sleep(0.2)                       # papermill saves each copy when it starts
     everyone = _children(proc.pid) + kernels
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 128 + signal.SIGTERM
     err = proc.stdout.read().decode()         # the notebooks' own output passes through it
     assert err.count("terminated (the notebooks still running were stopped)") == 1, err   # once
+    assert "Traceback" not in err, err        # the stopped kernels' ZMQ complaints are dropped
+    for copy in copies:                       # each executed copy says it was stopped
+        nb = nbformat.read(str(copy), as_version=4)
+        assert nb.cells[0].id == INTERRUPTED_CELL_ID and "was stopped" in nb.cells[0].source
+        assert nb.metadata.papermill.exception is True
+        last = [c for c in nb.cells if c.cell_type == "code"][-1]
+        assert last.metadata.papermill.status == "pending" and last.execution_count is None
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in everyone):
         time.sleep(0.2)

@@ -413,3 +413,16 @@ def test_group_summary_of_jobs_and_repeated_decoys():
     assert set(jobs["shared_prefix_tokens"]) == {4096} and (jobs["span_s"] < 60).all()
     assert len(decoys) == 5 and set(decoys["requests"]) == {3}
     assert set(decoys["shared_prefix_tokens"]) == {4096} and (decoys["span_s"] < 1).all()
+
+
+def test_ensure_dataset_card_names_its_preset_and_overrides(tmp_path):
+    # the notebooks' cached datasets are built from a preset with overrides: the card names the
+    # preset and gives the flags that rebuild it (it said "Preset: custom" and "--preset default")
+    from btb_core.experiment import ensure_dataset
+
+    out = ensure_dataset("quick", seed=2, out_dir=tmp_path / "q", test_windows=3)
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["preset"] == "quick" and man["parameters"]["test_windows"] == 3
+    card = (out / "README.md").read_text()
+    assert "Preset: quick." in card
+    assert "btb synth --preset quick --seed 2 --test-windows 3" in card

@@ -452,7 +452,7 @@ def load_base(path: str | Path | None = None, *, fmt: str | None = None,
 
 
 def build(base: Trace | str | Path | None = None, config: SynthConfig | str = "default",
-          seed: int = 0, **load_kwargs: Any) -> BurstedDataset:
+          seed: int = 0, preset_name: str | None = None, **load_kwargs: Any) -> BurstedDataset:
     """Convenience: load the base (if a path), create ``numpy.random.default_rng(seed)``, generate.
 
     Parameters
@@ -462,10 +462,15 @@ def build(base: Trace | str | Path | None = None, config: SynthConfig | str = "d
     config : SynthConfig or str
         A config or a preset name (:data:`PRESETS`).
     seed : int
+    preset_name : str, optional
+        The preset a :class:`SynthConfig` ``config`` was made from (``preset(name, **overrides)``),
+        recorded in the manifest and named on the dataset card with the flags that reproduce
+        the overrides; default: ``config`` when it is a preset name, else none ("custom").
     **load_kwargs
         Passed to :func:`load_base` (``fmt``, ``block_tokens``, ``max_rows``).
     """
-    preset_name = config if isinstance(config, str) else None
+    if preset_name is None and isinstance(config, str):
+        preset_name = config
     cfg = preset(config) if isinstance(config, str) else config
     if isinstance(base, Trace):
         trace, info = base, {"path": None, "format": None, "file_sha256": None}
