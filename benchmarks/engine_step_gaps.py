@@ -14,7 +14,15 @@ steps on a replica that stayed busy between them is the duration of the steps in
 sides: this script compares them. That holds only where the server never idles between the two
 steps, on the engine as in the simulator, which one server under the validation trace never
 does; on two servers the engine's gaps between first tokens include idle time the simulator does
-not see there, so the script reads one-server runs only.
+not see there, so the script reads one-server runs only. It also holds only where the engine's
+steps are the simulator's: a step counts when the requests whose prompts it completes are
+exactly one group of the engine's first tokens (consecutive first tokens less than
+:data:`GROUP_GAP_S` apart), and an interval when both of its ends count. On the AVX-512
+machine's shipped run 215 of the 216 steps count (the engine split one step's first tokens
+57 ms apart once); in a one-server run on an AVX2 machine (2026-12-02) three of six runs kept
+the simulator's steps throughout, and three merged its eighteen steps into fifteen from their
+fourth step on: without this check their steps were paired with the wrong ones (ratios of 0.5
+and 1.6 side by side).
 
 Printed: per step of the run (numbered from the first), the median over runs of the real and the
 simulated duration and their ratio, with what the step did (chunks, new tokens, cached context,
@@ -43,6 +51,10 @@ import pandas as pd
 from _machine import shown_path, write_json
 
 HERE = Path(__file__).resolve().parent
+
+#: First tokens closer than this (s) are one engine step's. On the shipped run one step's first
+#: tokens arrive within 4-12 ms of each other and steps complete prompts >= 130 ms apart.
+GROUP_GAP_S = 0.03
 
 #: The terms of the step model fitted to the real step durations, in this order.
 TERMS = ("step_overhead_s", "linear_s_per_token", "attention_s_per_pair", "context_s_per_token",
@@ -90,6 +102,7 @@ def run_intervals(real: pd.DataFrame, trace, fitted) -> list[dict]:
     ends: dict = {}
     for i, k in last.items():
         ends.setdefault(k, []).append(i)
+    groups = engine_groups(real_fin)
     out = []
     prev = None
     for k, (start, chunks) in enumerate(steps):
@@ -98,17 +111,29 @@ def run_intervals(real: pd.DataFrame, trace, fitted) -> list[dict]:
             continue
         rf = max(real_fin[i] for i in fin)
         sf = max(sim_fin[i] for i in fin)
+        same = frozenset(fin) in groups      # the engine completed these prompts in one step
         # busy throughout: the previous step completed a prompt and this one started when it
         # ended (its requests' simulated first token, less the front-end latency)
-        if prev is not None and prev[2] == k - 1 and abs(start - (prev[1] - fitted.frontend_s)) < 1e-6:
+        if (same and prev is not None and prev[3] and prev[2] == k - 1
+                and abs(start - (prev[1] - fitted.frontend_s)) < 1e-6):
             out.append({"step": k, "real_s": rf - prev[0], "sim_s": sf - prev[1],
                         "chunks": len(chunks), "finished": len(fin),
                         "new_tokens": sum(s for _, s, _ in chunks),
                         "pairs": sum(s * c + 0.5 * s * s for _, s, c in chunks),
                         "context_tokens": sum(c for _, _, c in chunks),
                         "arrivals": int(((sent >= start) & (sent < sf)).sum())})
-        prev = (rf, sf, k)
+        prev = (rf, sf, k, same)
     return out
+
+
+def engine_groups(first_token_s) -> set:
+    """The engine's steps as seen by the client: sets of request indices whose first tokens
+    (``first_token_s``, indexed by request) follow each other less than :data:`GROUP_GAP_S`
+    apart."""
+    t = np.asarray(first_token_s, dtype=float)
+    order = np.argsort(t, kind="stable")
+    cuts = np.flatnonzero(np.diff(t[order]) >= GROUP_GAP_S) + 1
+    return {frozenset(int(i) for i in part) for part in np.split(order, cuts)}
 
 
 def fit_steps(d: pd.DataFrame, column: str) -> dict:
