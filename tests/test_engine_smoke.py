@@ -5,9 +5,10 @@ Runs when the engine environment is installed (``make engine``); ``make test`` i
 server start ~30 s, calibration ~15 s, replay ~5 s.
 
 What it pins: cached tokens per request equal the simulator's exactly (vLLM's prefix cache with
-32-token blocks, the last block recomputed on a full hit, blocks reusable as soon as they are
-scheduled: two simultaneous requests on a new prefix, the second hits it), and the simulated TTFT
-is within :data:`TTFT_TOLERANCE` of the real one on average.
+32-token blocks, the last block recomputed on a full hit, a second request on a new prefix
+hitting the first's blocks), blocks reusable as soon as they are scheduled (two identical
+96-token prompts sent at once, answered in one step: one of them hits the other's two full
+blocks), and the simulated TTFT is within :data:`TTFT_TOLERANCE` of the real one on average.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ TTFT_TOLERANCE = 1.0
 
 
 def _smoke_trace():
+    """Six requests. The two on a new prefix are sent 20 ms apart, not at the same instant: sent
+    together, which of them reached the server first was a race (a loaded fresh-clone run of
+    2026-12-02 had the second there first, and the hit on the other one), and the simulator
+    orders them by their recorded send times."""
     from btb_core.trace import make_trace
 
     def ids(start, n_tokens):
@@ -42,8 +47,8 @@ def _smoke_trace():
         (0.00, 1024 + 64, p1 + ids(1000, 64)),       # cold
         (0.60, 1024 + 100, p1 + ids(1100, 100)),     # shares 1,024 tokens with the first
         (1.20, 1024 + 64, p1 + ids(1000, 64)),       # the first again: full hit, last block recomputed
-        (1.80, 2048 + 40, p2 + ids(1200, 40)),       # two at once on a new prefix: the second hits
-        (1.80, 2048 + 72, p2 + ids(1300, 72)),       #   the blocks the first was scheduled to compute
+        (1.80, 2048 + 40, p2 + ids(1200, 40)),       # two together on a new prefix: the second
+        (1.82, 2048 + 72, p2 + ids(1300, 72)),       #   hits the blocks the first computes
         (2.60, 700, ids(1400, 700)),                 # cold, partial last block
     ]
     return make_trace([r[0] for r in rows], [r[1] for r in rows], [1] * len(rows),
