@@ -159,24 +159,32 @@ def analyse(result_dir) -> dict:
     num_replicas = 1
     path = Path(result_dir)
     if not path.is_dir():
-        raise SystemExit(f"{result_dir}: no such folder (a `btb validate-engine --out DIR` result)")
+        what = "not a folder" if path.exists() else "no such folder"
+        raise SystemExit(f"{result_dir}: {what} (a `btb validate-engine --out DIR` result)")
     try:
         result = load_result(path)
     except (OSError, ValueError, KeyError) as exc:      # missing files, bad JSON or CSV
         raise SystemExit(f"{result_dir}: not a readable validation result "
                          f"(`btb validate-engine --out DIR` writes one): {type(exc).__name__}: {exc}")
     reqs = result.requests
+    if "num_replicas" not in reqs:
+        raise SystemExit(f"{result_dir}: requests.csv is not a validation result's "
+                         "(no column 'num_replicas')")
     reqs = reqs[reqs["num_replicas"] == num_replicas]
     if reqs.empty:
         raise SystemExit(f"{result_dir}: no one-server run in this result (run "
                          f"`btb validate-engine --replicas 1 ...`)")
     fitted = result.fitted_for(num_replicas)
     rows = []
-    for (policy, repeat), real in reqs.groupby(["policy", "repeat"], sort=False):
-        real = real.reset_index(drop=True)
-        trace = head(load_validation_trace(), len(real))
-        for row in run_intervals(real, trace, fitted):
-            rows.append({"policy": policy, "repeat": int(repeat), **row})
+    try:
+        for (policy, repeat), real in reqs.groupby(["policy", "repeat"], sort=False):
+            real = real.reset_index(drop=True)
+            trace = head(load_validation_trace(), len(real))
+            for row in run_intervals(real, trace, fitted):
+                rows.append({"policy": policy, "repeat": int(repeat), **row})
+    except (KeyError, TypeError, ValueError) as exc:     # a column missing or not numeric
+        raise SystemExit(f"{result_dir}: requests.csv is not a validation result's "
+                         f"(a column missing or not numeric: {type(exc).__name__}: {exc})")
     if not rows:
         raise SystemExit(f"{result_dir}: no busy stretch between prompt-completing steps in its "
                          f"one-server runs")
@@ -213,7 +221,8 @@ def main(argv=None) -> int:
     if args.out.is_dir():
         ap.error(f"--out {args.out}: is a folder; give a file name")
     if not args.out.parent.is_dir():
-        ap.error(f"--out {args.out}: folder {args.out.parent} does not exist")
+        what = "is not a folder" if args.out.parent.exists() else "does not exist"
+        ap.error(f"--out {args.out}: {args.out.parent} {what}")
     out = analyse(args.result)
     pd.set_option("display.width", 160)
     print(f"{out['runs']} one-server runs, {out['intervals']} busy steps; "

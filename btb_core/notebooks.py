@@ -130,6 +130,10 @@ def _ipc_kernel_manager(socket_dir: str):
             super().__init__(**kwargs)
             self.transport = "ipc"
             self.ip = os.path.join(socket_dir, "kernel")
+            # the connection file beside the sockets, so that it goes with their folder even
+            # when the kernel is killed (jupyter_client's default, a file in the temp folder,
+            # was left behind by every stopped notebook)
+            self.connection_file = os.path.join(socket_dir, "kernel.json")
 
     return IPCKernelManager
 
@@ -194,9 +198,14 @@ def _mark_interrupted(path: Path) -> None:
         meta = cell.get("metadata", {}).get("papermill")
         if meta is None or cell.cell_type != "code":
             continue
-        if meta.get("status") in ("running", "failed"):   # (failed: marked by an earlier call)
+        # the cell the stop came in: still "running", or ended by the interrupt (papermill marks
+        # a cell whose kernel raised KeyboardInterrupt "completed"), or marked by an earlier call
+        hit = meta.get("status") in ("running", "failed") or any(
+            o.get("output_type") == "error" and o.get("ename") == "KeyboardInterrupt"
+            for o in cell.get("outputs", ()))
+        if hit and stopped_at is None:
             meta["status"], meta["exception"] = "failed", True
-            stopped_at = i if stopped_at is None else stopped_at
+            stopped_at = i
         elif cell.get("execution_count") is None and meta.get("start_time") is None:
             meta["status"] = "pending"
             stopped_at = i if stopped_at is None else stopped_at

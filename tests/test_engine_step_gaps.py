@@ -103,12 +103,19 @@ def test_cli_writes_json_and_refuses_bad_arguments(gaps, tmp_path, capsys):
         gaps.main(["--result", str(two), "--out", str(out)])
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "summary.json").write_text("not json")
+    (tmp_path / "afile").write_text("")
+    bad = load_result(SHIPPED_RESULT)
+    bad.requests = bad.requests.drop(columns=["sent_s"])
+    save_result(bad, tmp_path / "nosent")
     for result, says in ((tmp_path / "none", "no such folder"),
+                         (tmp_path / "afile", "not a folder"),
+                         (tmp_path / "nosent", "requests.csv is not a validation result's"),
                          (tmp_path / "junk", "not a readable validation result")):
         with pytest.raises(SystemExit, match=says):
             gaps.main(["--result", str(result), "--out", str(out)])
     for argv, says in ((["--out", str(tmp_path / "no" / "x.json")], "does not exist"),
-                       (["--out", str(tmp_path)], "is a folder")):
+                       (["--out", str(tmp_path)], "is a folder"),
+                       (["--out", str(tmp_path / "afile" / "x.json")], "is not a folder")):
         with pytest.raises(SystemExit):
             gaps.main(argv)
         assert says in capsys.readouterr().err

@@ -172,6 +172,18 @@ def test_a_stopped_notebook_copy_says_where_it_stopped(tmp_path):
         "completed", "completed", "failed", "pending", "pending"]
     assert out.metadata.papermill.exception is True
     assert not list(tmp_path.glob("*.tmp"))
+    # the stop came while a cell ran and its kernel was interrupted: papermill marked it
+    # "completed" with a KeyboardInterrupt in its outputs
+    nb.cells[3].metadata["papermill"]["status"] = "completed"
+    nb.cells[3].execution_count = 3
+    nb.cells[3].outputs = [nbformat.v4.new_output("error", ename="KeyboardInterrupt", evalue="",
+                                                  traceback=[])]
+    nbformat.write(nb, str(path))
+    _mark_interrupted(path)
+    out = nbformat.read(str(path), as_version=4)
+    assert "at code cell 3:" in out.cells[0].source
+    assert [c.metadata["papermill"]["status"] for c in out.cells if c.cell_type == "code"] == [
+        "completed", "completed", "failed", "pending", "pending"]
     (tmp_path / "broken.ipynb").write_text("{not json")
     _mark_interrupted(tmp_path / "broken.ipynb")          # unreadable: left as it is
     assert (tmp_path / "broken.ipynb").read_text() == "{not json"
