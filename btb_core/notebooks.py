@@ -184,10 +184,12 @@ def _mark_interrupted(path: Path) -> None:
     of a stopped run looked finished. Here the cells that never ran get ``pending`` back, the
     one running when the run was stopped ``failed``, the notebook's metadata
     ``papermill.exception`` true, and a first markdown cell says where it stopped. A copy that
-    cannot be read (stopped before papermill first saved it) is left alone; the rewrite goes
-    through a temporary file and a rename.
+    cannot be read (stopped before papermill first saved it) is left alone; the rewrite is
+    atomic (:func:`btb_core.fileio.atomic_write_bytes`).
     """
     import nbformat
+
+    from .fileio import atomic_write_bytes
 
     try:
         nb = nbformat.read(str(path), as_version=4)
@@ -218,9 +220,7 @@ def _mark_interrupted(path: Path) -> None:
     note.id = INTERRUPTED_CELL_ID
     nb.cells = [c for c in nb.cells if c.get("id") != INTERRUPTED_CELL_ID]
     nb.cells.insert(0, note)
-    tmp = path.with_name(path.name + ".tmp")
-    nbformat.write(nb, str(tmp))
-    os.replace(tmp, path)
+    atomic_write_bytes(path, nbformat.writes(nb).encode("utf-8"))
 
 
 def run_all(params_file: Path | None, out_dir: Path, only: list[str] | None = None, jobs: int = 1,

@@ -189,6 +189,16 @@ def test_a_stopped_notebook_copy_says_where_it_stopped(tmp_path):
     assert (tmp_path / "broken.ipynb").read_text() == "{not json"
 
 
+def test_kernel_connection_files_live_in_the_socket_folder(tmp_path):
+    # jupyter_client's default connection file, in the temp folder, was left behind by every
+    # stopped kernel; beside the IPC sockets it goes with their folder
+    from btb_core.notebooks import _ipc_kernel_manager
+
+    km = _ipc_kernel_manager(str(tmp_path))(kernel_name=KERNEL_NAME)
+    assert Path(km.connection_file).parent == tmp_path
+    assert Path(km.ip).parent == tmp_path and km.transport == "ipc"
+
+
 def test_sigterm_stops_every_notebook_still_running(tmp_path):
     # each notebook of a --jobs run has a session of its own, so a SIGTERM to the runner alone
     # (a CI time limit, `timeout`) used to leave them and their kernels running; the runner now
