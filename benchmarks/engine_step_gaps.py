@@ -42,6 +42,7 @@ Run: ``.venv/bin/python benchmarks/engine_step_gaps.py [--result DIR] [--out FIL
 from __future__ import annotations
 
 import argparse
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -175,10 +176,15 @@ def analyse(result_dir) -> dict:
         raise SystemExit(f"{result_dir}: no one-server run in this result (run "
                          f"`btb validate-engine --replicas 1 ...`)")
     fitted = result.fitted_for(num_replicas)
+    expected = result.info.get("trace_requests")   # requests replayed per run (after --max-requests)
     rows = []
     try:
         for (policy, repeat), real in reqs.groupby(["policy", "repeat"], sort=False):
             real = real.reset_index(drop=True)
+            if expected is not None and len(real) < int(expected):
+                print(f"warning: {result_dir}: run {policy} / repeat {int(repeat)} has {len(real)} of "
+                      f"the {int(expected)} requests each run replayed (requests.csv cut short?); "
+                      f"analysing those {len(real)}", file=sys.stderr)
             trace = head(load_validation_trace(), len(real))
             for row in run_intervals(real, trace, fitted):
                 rows.append({"policy": policy, "repeat": int(repeat), **row})

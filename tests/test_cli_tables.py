@@ -189,10 +189,13 @@ def test_validate_engine_table_fits(capsys, monkeypatch):
     """The table `btb validate-engine` prints, from the shipped measured run (no engine needed)."""
     from btb_core.engine import validation as module
     shipped = module.load_result(module.SHIPPED_RESULT)
-    monkeypatch.setattr(module, "validate", lambda *a, **k: shipped)
+    seen = []
+    monkeypatch.setattr(module, "validate", lambda *a, **k: seen.append(k["api_cores"]) or shipped)
     text = _out(capsys, ["validate-engine"])
     assert width(text) <= TABLE_WIDTH, text
     assert "kv_aware" in text
+    _out(capsys, ["validate-engine", "--api-core", "spare"])
+    assert seen == [None, "spare"]       # default: the API servers stay on their engines' cores
 
 
 def test_replay_setup_help_offers_every_setup():

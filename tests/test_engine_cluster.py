@@ -69,3 +69,67 @@ def test_kill_groups_stops_several_stubborn_groups_in_one_grace_period(monkeypat
     took = time.monotonic() - t0
     assert all(p.poll() is not None for p in procs)
     assert 1.0 <= took < 1.9, took     # one at a time would take >= 2 s
+
+
+# -- where the API servers run (api_cores) -------------------------------------------------------
+
+def test_resolve_api_cores_stays_moves_to_spare_cores_or_takes_a_list(monkeypatch):
+    monkeypatch.setattr(engine_server.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    resolve = EngineCluster.resolve_api_cores
+    assert resolve(None, [0, 1]) == [None, None]
+    assert resolve("spare", [0]) == [1]                 # one server on a 2+-core machine
+    assert resolve("spare", [0, 1]) == [2, 3]
+    assert resolve("spare", [0, 1, 2]) == [3, 3, 3]     # one spare core, shared
+    assert resolve("spare", [0, 1, 2, 3]) == [None] * 4  # no spare core: they stay
+    assert resolve([3, 2], [0, 1]) == [3, 2]
+    for bad in ("other", [1], [1, -1], [1, True], [1, 1.0]):
+        with pytest.raises(engine_server.BTBError, match="api_cores"):
+            resolve(bad, [0, 1])
+
+
+def test_spare_cores_are_the_allowed_ones_no_engine_uses(monkeypatch):
+    monkeypatch.setattr(engine_server.os, "sched_getaffinity", lambda pid: {1, 3, 5})
+    assert engine_server.spare_cores([3]) == [1, 5]
+    assert engine_server.spare_cores([0], ncpu=2) == [1]
+    assert engine_server.spare_cores([0, 1], ncpu=2) == []
+
+
+def test_move_threads_pins_every_thread_of_a_process():
+    """A real process with three threads: every one of them ends up on the new core, and a
+    thread it starts afterwards inherits it."""
+    import os
+    import shutil
+    import sys
+
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2 or not shutil.which("taskset"):
+        pytest.skip("needs two cores and taskset")
+    src = ("import threading, time, os, sys\n"
+           "ev = threading.Event()\n"
+           "ts = [threading.Thread(target=ev.wait) for _ in range(2)]\n"
+           "[t.start() for t in ts]\n"
+           "print('ready', flush=True)\n"
+           "sys.stdin.readline()\n"
+           "t = threading.Thread(target=ev.wait); t.start()\n"
+           "print(sorted(os.sched_getaffinity(t.native_id)), flush=True)\n"
+           "ev.set()\n")
+    first, target = allowed[0], allowed[1]
+    proc = subprocess.Popen(["taskset", "-c", str(first), sys.executable, "-c", src],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        tids = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task")]
+        assert len(tids) == 3
+        assert all(os.sched_getaffinity(t) == {first} for t in tids)
+        assert engine_server.move_threads(proc.pid, [target]) == 3
+        assert all(os.sched_getaffinity(t) == {target} for t in tids)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == f"[{target}]"
+    finally:
+        proc.kill()
+        proc.wait()
+    with pytest.raises(ValueError):
+        engine_server.move_threads(proc.pid, [])
+    with pytest.raises(OSError):
+        engine_server.move_threads(proc.pid, [target])     # the process has ended

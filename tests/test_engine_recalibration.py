@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from btb_core.engine import calibrate as cal
+from btb_core.engine.server import EngineCluster
 
 TRUTH = np.array([0.02, 0.015, 3e-4, 1e-7, 4e-6])   # frontend, overhead, a, b, e
 COLD = (128, 512, 1024, 2048, 3072, 4096)
@@ -96,8 +97,9 @@ def test_pass_speed_is_each_pass_against_the_fit():
 class _FakeCluster:
     ports = [1, 2]
 
-    def __init__(self, n):
+    def __init__(self, n, api_cores=None):
         assert n == 2
+        self.api_cores = EngineCluster.resolve_api_cores(api_cores, [0, 1])
 
     def __enter__(self):
         return self
@@ -162,6 +164,7 @@ def test_validate_calibrates_between_rounds_and_fits_every_pass(monkeypatch):
         pytest.approx(TRUTH[2:].tolist(), rel=1e-6)
     assert fit.arrival_overhead_s == pytest.approx(0.005)
     assert res.info["calibration_points"] == "median" and res.info["recalibrate"] is True
+    assert res.info["api_cores"] == [None, None]      # the default: on their engines' cores
     assert res.info["calibration_pass_speed"]["2"] == pytest.approx([1.0, 1.5, 1.0, 1.0], rel=1e-4)
     assert res.info["calibration_drift"] == pytest.approx(0.0, abs=1e-9)
     # the last pass's cold and cached requests (not its arrival or decode rows), both servers

@@ -119,3 +119,25 @@ def test_cli_writes_json_and_refuses_bad_arguments(gaps, tmp_path, capsys):
         with pytest.raises(SystemExit):
             gaps.main(argv)
         assert says in capsys.readouterr().err
+
+
+def test_a_run_cut_short_is_analysed_with_a_warning(gaps, tmp_path, capsys):
+    """A requests.csv whose run has fewer rows than the result's runs replayed (a file cut
+    short) is analysed, and the warning names the run and both counts; whole runs give none."""
+    from btb_core.engine.validation import SHIPPED_RESULT, load_result, save_result
+
+    res = load_result(SHIPPED_RESULT)
+    n = int(res.info["trace_requests"])
+    r = res.requests
+    first = r[r["num_replicas"] == 1].iloc[0]
+    run = (r["num_replicas"] == 1) & (r["policy"] == first["policy"]) & (r["repeat"] == first["repeat"])
+    res.requests = r[~run | (run.cumsum() <= n - 10)]
+    save_result(res, tmp_path / "cut")
+    capsys.readouterr()
+    got = gaps.analyse(tmp_path / "cut")
+    err = capsys.readouterr().err
+    assert f"run {first['policy']} / repeat {int(first['repeat'])} has {n - 10} of the {n}" in err
+    assert err.count("warning:") == 1
+    assert got["intervals"] < 202
+    gaps.analyse(SHIPPED_RESULT)
+    assert "warning" not in capsys.readouterr().err

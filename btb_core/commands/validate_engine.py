@@ -60,6 +60,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="probe the servers' speed just before and after each run (~3 s a run) "
                         "and simulate the run with the fit scaled to it; the summary then gives "
                         "the errors with and without (speed_factor, unscaled_ttft_*)")
+    p.add_argument("--api-core", choices=("engine", "spare"), default="engine",
+                   help="where each server's API server (HTTP, tokenising, streaming) runs: on its "
+                        "engine's core (default), or on a core no engine uses when there is one "
+                        "(one server on a 2-core machine), as a GPU server's front end has host "
+                        "cores of its own")
     p.add_argument("--max-requests", type=int, default=None, metavar="N",
                    help="replay only the first N requests of the trace")
     p.add_argument("--quick-calibration", action="store_true",
@@ -89,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
                    drift_check=not args.no_drift_check, warmup_replays=args.warmup_replays,
                    recalibrate=not args.no_recalibrate,
                    speed_correction=args.speed_correction,
+                   api_cores=None if args.api_core == "engine" else args.api_core,
                    seed=args.seed, max_requests=args.max_requests,
                    quick_calibration=args.quick_calibration, log=log)
     from ..fileio import jsonable

@@ -257,12 +257,55 @@ def process_group_cpu_s(pgid: int, proc_root: str = "/proc") -> dict[str, float]
     return out
 
 
-class EngineServer:
-    """One vLLM server process group (see the module docstring for its flags)."""
+def move_threads(pid: int, cores, proc_root: str = "/proc") -> int:
+    """Pin every live thread of process ``pid`` to ``cores`` (``sched_setaffinity`` per thread:
+    the call moves one thread, and threads started later inherit their creator's set). Returns
+    the number of threads moved; a thread that ends meanwhile is skipped.
 
-    def __init__(self, model_dir: Path, core: int | None, log_path: Path, port: int | None = None):
+    Raises
+    ------
+    ValueError
+        ``cores`` empty, or ``pid`` < 1.
+    OSError
+        ``pid`` has no ``/proc`` entry (not Linux, or the process has ended), or a core is not
+        one this process may use.
+    """
+    cores = set(int(c) for c in cores)
+    if not cores or isinstance(pid, bool) or int(pid) < 1:
+        raise ValueError(f"move_threads: pid={pid!r}, cores={sorted(cores)!r}: need a pid >= 1 "
+                         "and at least one core")
+    moved = 0
+    for tid in os.listdir(f"{proc_root}/{int(pid)}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except ProcessLookupError:
+            continue
+        moved += 1
+    return moved
+
+
+def spare_cores(engine_cores, ncpu: int | None = None) -> list[int]:
+    """The cores of this process's affinity set (or ``range(ncpu)``) that no engine uses, in
+    order: where :class:`EngineCluster` with ``api_cores="spare"`` puts the API servers."""
+    allowed = (sorted(os.sched_getaffinity(0)) if ncpu is None and hasattr(os, "sched_getaffinity")
+               else list(range(ncpu or os.cpu_count() or 1)))
+    used = set(engine_cores)
+    return [c for c in allowed if c not in used]
+
+
+class EngineServer:
+    """One vLLM server process group (see the module docstring for its flags).
+
+    ``api_core``: after the server answers ``/health``, move every thread of its API server (the
+    group leader: HTTP, tokenising, streaming) to this core, leaving the engine core and the
+    worker on ``core`` (None: all three share ``core``, the default).
+    """
+
+    def __init__(self, model_dir: Path, core: int | None, log_path: Path, port: int | None = None,
+                 api_core: int | None = None):
         self.model_dir = Path(model_dir)
         self.core = core
+        self.api_core = api_core
         self.port = port or free_port()
         self.log_path = Path(log_path)
         self.proc: subprocess.Popen | None = None
@@ -304,6 +347,11 @@ class EngineServer:
             log.close()
         _LIVE.add(self.proc)
 
+    def move_api_server(self, core: int) -> int:
+        """Pin every thread of the API server (the group leader) to ``core`` (:func:`move_threads`);
+        the engine core and worker processes keep their cores. Returns the threads moved."""
+        return move_threads(self.proc.pid, [core])
+
     def log_tail(self, chars: int = 1500) -> str:
         try:
             return self.log_path.read_text(errors="replace")[-chars:]
@@ -324,6 +372,8 @@ class EngineServer:
                 raise EngineError(f"vLLM server on port {self.port} exited with status "
                                   f"{self.proc.returncode}; log {self.log_path}:\n{self.log_tail()}")
             if self.healthy():
+                if self.api_core is not None:
+                    self.move_api_server(self.api_core)
                 return
             time.sleep(0.5)
         raise EngineError(f"vLLM server on port {self.port} not ready after {timeout_s:.0f} s; "
@@ -379,6 +429,13 @@ class EngineCluster:
         Where server logs go (default ``build/engine/logs``).
     startup_timeout_s : float
         Seconds to wait for every server's ``/health`` (default 300).
+    api_cores : None, "spare" or sequence of int
+        Where each server's API server runs once it is ready. None (default): on its engine's
+        core, as ``taskset`` started it. ``"spare"``: on the cores no engine uses (one per server,
+        round robin over them), or on the engine's core when there is none (two servers on a
+        2-core machine). A list: one core per server. On a GPU server the front end has host
+        cores of its own; on one CPU core it shares the core the model computes on (README
+        section 14).
 
     Raises
     ------
@@ -394,16 +451,41 @@ class EngineCluster:
     """
 
     def __init__(self, num_replicas: int = 1, cores=None, model_dir=None, log_dir=None,
-                 startup_timeout_s: float = 300.0) -> None:
+                 startup_timeout_s: float = 300.0, api_cores=None) -> None:
         if num_replicas not in (1, 2, 3, 4):
             raise BTBError(f"num_replicas={num_replicas!r}: must be 1..4 (one core each)")
         self.num_replicas = num_replicas
         ncpu = os.cpu_count() or 1
         self.cores = list(cores) if cores is not None else [i % ncpu for i in range(num_replicas)]
+        self.api_cores = self.resolve_api_cores(api_cores, self.cores)
         self.model_dir = model_dir
         self.log_dir = Path(log_dir) if log_dir else REPO_ROOT / "build" / "engine" / "logs"
         self.startup_timeout_s = startup_timeout_s
         self.servers: list[EngineServer] = []
+
+    @staticmethod
+    def resolve_api_cores(api_cores, engine_cores) -> list:
+        """Per server, the core its API server moves to, or None to stay (see ``api_cores``).
+
+        Raises
+        ------
+        BTBError
+            ``api_cores`` neither None, ``"spare"`` nor one integer per server.
+        """
+        n = len(engine_cores)
+        if api_cores is None:
+            return [None] * n
+        if isinstance(api_cores, str):
+            if api_cores != "spare":
+                raise BTBError(f"api_cores={api_cores!r}: must be None, 'spare' or one core per "
+                               "server")
+            free = spare_cores(engine_cores)
+            return [free[i % len(free)] if free else None for i in range(n)]
+        cores = list(api_cores)
+        if len(cores) != n or any(isinstance(c, bool) or not isinstance(c, int) or c < 0
+                                  for c in cores):
+            raise BTBError(f"api_cores={api_cores!r}: need one core number >= 0 per server ({n})")
+        return cores
 
     def __enter__(self) -> "EngineCluster":
         require_engine()
@@ -415,7 +497,8 @@ class EngineCluster:
             self._old_term = signal.signal(signal.SIGTERM, on_term)
         try:
             for r in range(self.num_replicas):
-                srv = EngineServer(model_dir, self.cores[r], self.log_dir / f"server{r}.log")
+                srv = EngineServer(model_dir, self.cores[r], self.log_dir / f"server{r}.log",
+                                   api_core=self.api_cores[r])
                 srv.start()
                 self.servers.append(srv)
             for srv in self.servers:
@@ -454,4 +537,5 @@ class EngineCluster:
 __all__ = ["ENGINE_BLOCK_TOKENS", "ENGINE_CHUNK_TOKENS", "ENGINE_KV_SPACE_GIB", "ENGINE_MAX_RUNNING",
            "EngineCluster", "EngineError", "EngineNotInstalled", "EngineServer", "INSTALL_HINT",
            "PROCESS_ROLES", "SERVED_MODEL_NAME", "build_tiny_model", "engine_available",
-           "engine_python", "process_group_cpu_s", "require_engine", "tiny_model_spec"]
+           "engine_python", "move_threads", "process_group_cpu_s", "require_engine", "spare_cores",
+           "tiny_model_spec"]

@@ -471,7 +471,7 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
              replay_repeats: int = 3, seed: int = 0, max_requests: int | None = None,
              quick_calibration: bool = False, calibration: pd.DataFrame | None = None,
              recalibrate: bool = True, drift_check: bool = True, warmup_replays: int = 2,
-             speed_correction: bool = False, log=print) -> ValidationResult:
+             speed_correction: bool = False, api_cores=None, log=print) -> ValidationResult:
     """Run the validation (module docstring) and return per-request and summary tables.
 
     Parameters
@@ -532,6 +532,11 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
         ``recalibrate``; else a few calibration points re-measured after the replays,
         :func:`measure_drift`). With ``recalibrate`` also ``info["calibration_pass_speed"]``:
         each pass's speed against the fit used (:func:`pass_speed`), per server count.
+    api_cores : None or "spare"
+        Where the servers' API servers run (:class:`~.server.EngineCluster`): None (default) on
+        their engine's core; ``"spare"`` on a core no engine uses, when the machine has one (one
+        server on a 2-core machine), for calibration and replays alike. ``info["api_cores"]``
+        records where they ran.
     log : callable
         One-line progress messages (``None`` for silence).
 
@@ -572,8 +577,11 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
     drift: dict = {}
     require_engine()   # says how to install it, before anything claims to start
     say(f"starting {n_servers} vLLM CPU server(s) (one core each) ...")
-    with EngineCluster(n_servers) as cluster:
-        say(f"servers ready on ports {cluster.ports} after {time.perf_counter() - t_start:.0f} s")
+    with EngineCluster(n_servers, api_cores=api_cores) as cluster:
+        say(f"servers ready on ports {cluster.ports} after {time.perf_counter() - t_start:.0f} s"
+            + ("" if all(c is None for c in cluster.api_cores) else
+               f"; API servers moved to core(s) {cluster.api_cores}"))
+        api_used = list(cluster.api_cores)
         if calibration is None:
             frames_cal = []
             for k, n in enumerate(sorted(set(replicas))):
@@ -672,7 +680,7 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
             "block_tokens": ENGINE_BLOCK_TOKENS, "chunk_tokens": ENGINE_CHUNK_TOKENS,
             "replay_repeats": int(replay_repeats), "warmup_replays": int(warmup_replays),
             "speed_correction": bool(speed_correction), "recalibrate": recalibrate,
-            "calibration_points": points,
+            "calibration_points": points, "api_cores": api_used,
             **({"calibration_pass_speed": pass_speeds} if pass_speeds else {}), **drift,
             "wall_s": time.perf_counter() - t_start}
     return ValidationResult(calibration, fits[cal.count_for(fits, max(replicas))],
