@@ -59,7 +59,9 @@ def test_real_engine_smoke(tmp_path):
     from btb_core.engine.calibrate import QUICK_CACHED_POINTS, QUICK_COLD_LENGTHS, fit_cost, measure
     from btb_core.engine.replay import replay
     from btb_core.engine.client import complete, complete_at_once
-    from btb_core.engine.server import SERVED_MODEL_NAME, EngineCluster
+    import os
+
+    from btb_core.engine.server import PROCESS_ROLES, SERVED_MODEL_NAME, EngineCluster, spare_cores
     from btb_core.engine.validation import compare, speed_probe, summarise
     from btb_core.routers import make_router
 
@@ -75,6 +77,27 @@ def test_real_engine_smoke(tmp_path):
         probe = speed_probe(cluster.ports, fit_cost(calib), salt=31)
         ticks: list[int] = []     # on_chunk: once per generated token, numbered
         four = complete(cluster.ports[0], SERVED_MODEL_NAME, "w1 w2 w3", 4, on_chunk=ticks.append)
+        # --api-core spare on the real server: every API-server thread moves, the engine core
+        # and worker stay, and the server still answers (after the measurements above)
+        srv = cluster.servers[0]
+        spare = spare_cores([srv.core])
+        if spare and srv.core is not None:
+            assert srv.move_api_server(spare[0]) >= 1
+            pid = srv.proc.pid
+            assert {frozenset(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{pid}/task")} \
+                == {frozenset({spare[0]})}
+            roles = {}
+            for child in os.listdir("/proc"):
+                if child.isdigit() and int(child) != pid:
+                    try:
+                        if os.getpgid(int(child)) != pid:
+                            continue
+                        comm = open(f"/proc/{child}/comm").read().strip()
+                    except OSError:
+                        continue
+                    roles[PROCESS_ROLES.get(comm, "other")] = os.sched_getaffinity(int(child))
+            assert roles.get("engine_core") == {srv.core} and roles.get("worker") == {srv.core}, roles
+            assert complete(cluster.ports[0], SERVED_MODEL_NAME, "w1 w2", 2).completion_tokens == 2
     assert ticks == [1, 2, 3, 4] and four.completion_tokens == 4
     assert [c.prompt_tokens for c in both] == [96, 96, 2]
     assert sorted(c.cached_tokens for c in both[:2]) == [0, 64]
