@@ -133,3 +133,20 @@ def test_move_threads_pins_every_thread_of_a_process():
         engine_server.move_threads(proc.pid, [])
     with pytest.raises(OSError):
         engine_server.move_threads(proc.pid, [target])     # the process has ended
+
+
+def test_a_server_whose_api_server_cannot_move_says_so(tmp_path):
+    """``EngineServer.move_api_server`` to a core that does not exist: one EngineError naming
+    the server's port and the core (no engine needed: a sleeping process stands in)."""
+    import os
+
+    srv = engine_server.EngineServer(tmp_path, 0, tmp_path / "log", port=12345)
+    srv.proc = subprocess.Popen(["sleep", "30"])
+    try:
+        bad = max(os.sched_getaffinity(0)) + 1000
+        with pytest.raises(engine_server.EngineError, match=f"port 12345: could not move its API "
+                                                            f"server .* to core {bad}"):
+            srv.move_api_server(bad)
+    finally:
+        srv.proc.kill()
+        srv.proc.wait()

@@ -349,8 +349,19 @@ class EngineServer:
 
     def move_api_server(self, core: int) -> int:
         """Pin every thread of the API server (the group leader) to ``core`` (:func:`move_threads`);
-        the engine core and worker processes keep their cores. Returns the threads moved."""
-        return move_threads(self.proc.pid, [core])
+        the engine core and worker processes keep their cores. Returns the threads moved.
+
+        Raises
+        ------
+        EngineError
+            The threads could not be moved (a core this process may not use, or the server
+            gone); the message names the server and the core.
+        """
+        try:
+            return move_threads(self.proc.pid, [core])
+        except (OSError, ValueError) as exc:
+            raise EngineError(f"vLLM server on port {self.port}: could not move its API server "
+                              f"(pid {self.proc.pid}) to core {core}: {exc}") from None
 
     def log_tail(self, chars: int = 1500) -> str:
         try:
