@@ -33,7 +33,8 @@ least squares to the *real* step durations, beside the calibration's fit of the 
 lone requests. If the two fits agree, the gap is the engine's speed during the replays; if a term
 differs, the lone-request calibration misses how that term behaves in busy steps.
 
-Writes ``benchmarks/results_engine_step_gaps.json`` (temp file + rename; ``--out`` elsewhere): the
+Writes ``benchmarks/results_engine_step_gaps.json`` for the shipped run, ``DIR/step_gaps.json`` for
+``--result DIR`` (temp file + rename; ``--out`` elsewhere): the
 same input gives the same file, byte for byte.
 
 Run: ``.venv/bin/python benchmarks/engine_step_gaps.py [--result DIR] [--out FILE]``
@@ -177,20 +178,36 @@ def analyse(result_dir) -> dict:
                          f"`btb validate-engine --replicas 1 ...`)")
     fitted = result.fitted_for(num_replicas)
     expected = result.info.get("trace_requests")   # requests replayed per run (after --max-requests)
+    full = load_validation_trace()
+    ids = [str(i) for i in full.table["request_id"]]
     rows = []
+    skipped = 0
     try:
         for (policy, repeat), real in reqs.groupby(["policy", "repeat"], sort=False):
             real = real.reset_index(drop=True)
+            run = f"{result_dir}: run {policy} / repeat {int(repeat)}"
+            got = [str(i) for i in real["request_id"]]
+            if got != ids[:len(got)]:
+                # rows missing inside the run, repeated or out of order: the simulation of the
+                # trace's first requests would pair with the wrong real ones
+                print(f"warning: {run}: its requests are not the trace's first {len(got)} in order "
+                      f"(rows missing, repeated or reordered in requests.csv); run skipped",
+                      file=sys.stderr)
+                skipped += 1
+                continue
             if expected is not None and len(real) < int(expected):
-                print(f"warning: {result_dir}: run {policy} / repeat {int(repeat)} has {len(real)} of "
-                      f"the {int(expected)} requests each run replayed (requests.csv cut short?); "
-                      f"analysing those {len(real)}", file=sys.stderr)
-            trace = head(load_validation_trace(), len(real))
+                print(f"warning: {run} has {len(real)} of the {int(expected)} requests each run "
+                      f"replayed (requests.csv cut short?); analysing those {len(real)}",
+                      file=sys.stderr)
+            trace = head(full, len(real))
             for row in run_intervals(real, trace, fitted):
                 rows.append({"policy": policy, "repeat": int(repeat), **row})
     except (KeyError, TypeError, ValueError) as exc:     # a column missing or not numeric
         raise SystemExit(f"{result_dir}: requests.csv is not a validation result's "
                          f"(a column missing or not numeric: {type(exc).__name__}: {exc})")
+    if not rows and skipped == len(reqs.groupby(["policy", "repeat"])):
+        raise SystemExit(f"{result_dir}: no one-server run whose requests are the validation trace's "
+                         f"first ones in order (the warnings above name them)")
     if not rows:
         raise SystemExit(f"{result_dir}: no busy stretch between prompt-completing steps in its "
                          f"one-server runs")
@@ -221,9 +238,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--result", type=Path, default=Path(SHIPPED_RESULT),
                     help="a validation result folder (default: the shipped measured run)")
-    ap.add_argument("--out", type=Path, default=HERE / "results_engine_step_gaps.json",
-                    help="JSON file written (default: benchmarks/results_engine_step_gaps.json)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="JSON file written (default: benchmarks/results_engine_step_gaps.json for "
+                         "the shipped run, DIR/step_gaps.json for --result DIR)")
     args = ap.parse_args(argv)
+    if args.out is None:     # a user's result never overwrites the shipped figures
+        shipped = args.result.resolve() == Path(SHIPPED_RESULT).resolve()
+        args.out = (HERE / "results_engine_step_gaps.json" if shipped
+                    else args.result / "step_gaps.json")
     if args.out.is_dir():
         ap.error(f"--out {args.out}: is a folder; give a file name")
     if not args.out.parent.is_dir():

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -141,3 +142,42 @@ def test_a_run_cut_short_is_analysed_with_a_warning(gaps, tmp_path, capsys):
     assert got["intervals"] < 202
     gaps.analyse(SHIPPED_RESULT)
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_run_with_rows_missing_inside_or_repeated_is_skipped_not_mispaired(gaps, tmp_path, capsys):
+    """Rows deleted from the middle of a run, or a row repeated: pairing the rest with the
+    trace's first requests would compare different requests, so the run is skipped, named in a
+    warning; the other runs' figures are those of the intact result without it."""
+    from btb_core.engine.validation import SHIPPED_RESULT, load_result, save_result
+
+    whole = gaps.analyse(SHIPPED_RESULT)
+    res = load_result(SHIPPED_RESULT)
+    r = res.requests
+    one = r[r["num_replicas"] == 1]
+    policy, repeat = one.iloc[0]["policy"], int(one.iloc[0]["repeat"])
+    run = (r["num_replicas"] == 1) & (r["policy"] == policy) & (r["repeat"] == repeat)
+    pos = run.cumsum()
+    hole = r[~(run & pos.between(6, 8))]                            # rows 5-7 of the run gone
+    dup = pd.concat([r, r[run & (pos == 3)]]).sort_index(kind="stable")   # row 2 twice
+    capsys.readouterr()
+    for name, table in (("hole", hole), ("dup", dup)):
+        res.requests = table
+        save_result(res, tmp_path / name)
+        got = gaps.analyse(tmp_path / name)
+        err = capsys.readouterr().err
+        assert (f"run {policy} / repeat {repeat}: its requests are not the trace's first" in err
+                and "run skipped" in err), (name, err)
+        assert got["runs"] == whole["runs"] - 1
+        kept = [s for s in got["per_step"]]
+        assert got["intervals"] < whole["intervals"] and kept
+
+
+def test_a_users_result_does_not_overwrite_the_shipped_figures(gaps, tmp_path):
+    from btb_core.engine.validation import SHIPPED_RESULT, load_result, save_result
+
+    shipped_json = gaps.HERE / "results_engine_step_gaps.json"
+    before = shipped_json.read_bytes()
+    save_result(load_result(SHIPPED_RESULT), tmp_path / "mine")
+    assert gaps.main(["--result", str(tmp_path / "mine")]) == 0
+    assert (tmp_path / "mine" / "step_gaps.json").is_file()
+    assert shipped_json.read_bytes() == before
