@@ -74,6 +74,8 @@ def test_kill_groups_stops_several_stubborn_groups_in_one_grace_period(monkeypat
 # -- where the API servers run (api_cores) -------------------------------------------------------
 
 def test_resolve_api_cores_stays_moves_to_spare_cores_or_takes_a_list(monkeypatch):
+    import numpy as np
+
     monkeypatch.setattr(engine_server.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     resolve = EngineCluster.resolve_api_cores
     assert resolve(None, [0, 1]) == [None, None]
@@ -82,9 +84,24 @@ def test_resolve_api_cores_stays_moves_to_spare_cores_or_takes_a_list(monkeypatc
     assert resolve("spare", [0, 1, 2]) == [3, 3, 3]     # one spare core, shared
     assert resolve("spare", [0, 1, 2, 3]) == [None] * 4  # no spare core: they stay
     assert resolve([3, 2], [0, 1]) == [3, 2]
-    for bad in ("other", [1], [1, -1], [1, True], [1, 1.0]):
-        with pytest.raises(engine_server.BTBError, match="api_cores"):
+    assert resolve((np.int64(3), 1), [0, 1]) == [3, None]   # its own engine's core: it stays
+    for bad, says in (("other", "must be None, 'spare' or a list"), (b"s", "must be None"),
+                      (1, "must be None"), (True, "must be None"), ([1], "1 core\\(s\\) for 2"),
+                      ([1, -1], "integer >= 0"), ([1, True], "not a bool"), ([1, 1.0], "integer >= 0"),
+                      ([1, "2"], "integer >= 0"), ([1, 9], "api_cores\\[1\\]=9: not a core this "
+                                                          "process may use")):
+        with pytest.raises(engine_server.BTBError, match=says):
             resolve(bad, [0, 1])
+    with pytest.raises(engine_server.BTBError, match="must be 1..4"):
+        EngineCluster(True)
+
+
+def test_spare_that_moves_nothing_says_why(monkeypatch):
+    monkeypatch.setattr(engine_server.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert EngineCluster(2, api_cores="spare").api_note == (
+        "no spare core (2 server(s) on cores [0, 1]): the API servers stay on their engines' cores")
+    assert EngineCluster(1, api_cores="spare").api_note == ""
+    assert EngineCluster(2).api_note == ""
 
 
 def test_spare_cores_are_the_allowed_ones_no_engine_uses(monkeypatch):
@@ -92,6 +109,8 @@ def test_spare_cores_are_the_allowed_ones_no_engine_uses(monkeypatch):
     assert engine_server.spare_cores([3]) == [1, 5]
     assert engine_server.spare_cores([0], ncpu=2) == [1]
     assert engine_server.spare_cores([0, 1], ncpu=2) == []
+    with pytest.raises(ValueError, match="engine core='0'"):
+        engine_server.spare_cores(["0"])
 
 
 def test_move_threads_pins_every_thread_of_a_process():
@@ -129,10 +148,18 @@ def test_move_threads_pins_every_thread_of_a_process():
     finally:
         proc.kill()
         proc.wait()
-    with pytest.raises(ValueError):
-        engine_server.move_threads(proc.pid, [])
-    with pytest.raises(OSError):
-        engine_server.move_threads(proc.pid, [target])     # the process has ended
+    mt = engine_server.move_threads
+    for pid, cores, says in ((proc.pid, [], "cores is empty"), (proc.pid, 0, "a sequence"),
+                             (proc.pid, "01", "a sequence"), (proc.pid, [True], "not a bool"),
+                             (proc.pid, [0.7], "integer >= 0"), (proc.pid, [-1], "integer >= 0"),
+                             (proc.pid, [max(allowed) + 1000], "not available to this process"),
+                             ("abc", [target], "pid='abc': a process id"),
+                             (True, [target], "pid=True: a process id"),
+                             (0, [target], "pid=0: a process id")):
+        with pytest.raises(ValueError, match=says):
+            mt(pid, cores)
+    with pytest.raises(ProcessLookupError, match=f"no process {proc.pid}"):
+        mt(proc.pid, [target])     # the process has ended
 
 
 def test_a_server_whose_api_server_cannot_move_says_so(tmp_path):

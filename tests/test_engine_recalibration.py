@@ -100,6 +100,7 @@ class _FakeCluster:
     def __init__(self, n, api_cores=None):
         assert n == 2
         self.api_cores = EngineCluster.resolve_api_cores(api_cores, [0, 1])
+        self.api_note = ""
 
     def __enter__(self):
         return self

@@ -63,8 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--api-core", choices=("engine", "spare"), default="engine",
                    help="where each server's API server (HTTP, tokenising, streaming) runs: on its "
                         "engine's core (default), or on a core no engine uses when there is one "
-                        "(one server on a 2-core machine), as a GPU server's front end has host "
-                        "cores of its own")
+                        "(one server on a 2-core machine, --replicas 1 alone: --replicas 1 2 "
+                        "starts two), as a GPU server's front end has host cores of its own")
     p.add_argument("--max-requests", type=int, default=None, metavar="N",
                    help="replay only the first N requests of the trace")
     p.add_argument("--quick-calibration", action="store_true",

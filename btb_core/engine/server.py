@@ -257,6 +257,29 @@ def process_group_cpu_s(pgid: int, proc_root: str = "/proc") -> dict[str, float]
     return out
 
 
+def _core_number(value, what: str) -> int:
+    """``value`` as a CPU core number (an integer >= 0, numpy integers included, not a bool)."""
+    import operator
+
+    if isinstance(value, bool):
+        raise ValueError(f"{what}={value!r}: a core number is an integer >= 0, not a bool")
+    try:
+        core = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{what}={value!r}: a core number is an integer >= 0") from None
+    if core < 0:
+        raise ValueError(f"{what}={value!r}: a core number is an integer >= 0")
+    return core
+
+
+def allowed_cores() -> list[int]:
+    """The cores this process may run on (its affinity set; all of ``os.cpu_count()`` where the
+    platform has no affinity call), ascending."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
 def move_threads(pid: int, cores, proc_root: str = "/proc") -> int:
     """Pin every live thread of process ``pid`` to ``cores`` (``sched_setaffinity`` per thread:
     the call moves one thread, and threads started later inherit their creator's set). Returns
@@ -265,19 +288,35 @@ def move_threads(pid: int, cores, proc_root: str = "/proc") -> int:
     Raises
     ------
     ValueError
-        ``cores`` empty, or ``pid`` < 1.
-    OSError
-        ``pid`` has no ``/proc`` entry (not Linux, or the process has ended), or a core is not
-        one this process may use.
+        ``pid`` not an integer >= 1; ``cores`` not a non-empty sequence of core numbers, or one
+        this process may not use (:func:`allowed_cores`).
+    ProcessLookupError
+        No process ``pid`` (or no ``/proc``: not Linux).
     """
-    cores = set(int(c) for c in cores)
-    if not cores or isinstance(pid, bool) or int(pid) < 1:
-        raise ValueError(f"move_threads: pid={pid!r}, cores={sorted(cores)!r}: need a pid >= 1 "
-                         "and at least one core")
+    try:
+        number = _core_number(pid, "move_threads: pid")
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ValueError(f"move_threads: pid={pid!r}: a process id is an integer >= 1")
+    pid = number
+    if isinstance(cores, (str, bytes)) or not hasattr(cores, "__iter__"):
+        raise ValueError(f"move_threads: cores={cores!r}: give a sequence of core numbers")
+    wanted = {_core_number(c, "move_threads: core") for c in cores}
+    if not wanted:
+        raise ValueError("move_threads: cores is empty: give at least one core")
+    allowed = allowed_cores()
+    if not wanted <= set(allowed):
+        raise ValueError(f"move_threads: core(s) {sorted(wanted - set(allowed))} not available to "
+                         f"this process (it may use {allowed})")
+    try:
+        tids = os.listdir(f"{proc_root}/{pid}/task")
+    except FileNotFoundError:
+        raise ProcessLookupError(f"move_threads: no process {pid} (no {proc_root}/{pid}/task)") from None
     moved = 0
-    for tid in os.listdir(f"{proc_root}/{int(pid)}/task"):
+    for tid in tids:
         try:
-            os.sched_setaffinity(int(tid), cores)
+            os.sched_setaffinity(int(tid), wanted)
         except ProcessLookupError:
             continue
         moved += 1
@@ -286,10 +325,15 @@ def move_threads(pid: int, cores, proc_root: str = "/proc") -> int:
 
 def spare_cores(engine_cores, ncpu: int | None = None) -> list[int]:
     """The cores of this process's affinity set (or ``range(ncpu)``) that no engine uses, in
-    order: where :class:`EngineCluster` with ``api_cores="spare"`` puts the API servers."""
-    allowed = (sorted(os.sched_getaffinity(0)) if ncpu is None and hasattr(os, "sched_getaffinity")
-               else list(range(ncpu or os.cpu_count() or 1)))
-    used = set(engine_cores)
+    order: where :class:`EngineCluster` with ``api_cores="spare"`` puts the API servers.
+
+    Raises
+    ------
+    ValueError
+        An engine core that is not a core number.
+    """
+    allowed = allowed_cores() if ncpu is None else list(range(ncpu))
+    used = {_core_number(c, "engine core") for c in engine_cores}
     return [c for c in allowed if c not in used]
 
 
@@ -359,7 +403,7 @@ class EngineServer:
         """
         try:
             return move_threads(self.proc.pid, [core])
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError) as exc:   # ProcessLookupError is an OSError
             raise EngineError(f"vLLM server on port {self.port}: could not move its API server "
                               f"(pid {self.proc.pid}) to core {core}: {exc}") from None
 
@@ -444,7 +488,8 @@ class EngineCluster:
         Where each server's API server runs once it is ready. None (default): on its engine's
         core, as ``taskset`` started it. ``"spare"``: on the cores no engine uses (one per server,
         round robin over them), or on the engine's core when there is none (two servers on a
-        2-core machine). A list: one core per server. On a GPU server the front end has host
+        2-core machine): :attr:`api_note` then says so. A list: one core per server (a server's
+        own engine core keeps its API server there). On a GPU server the front end has host
         cores of its own; on one CPU core it shares the core the model computes on (README
         section 14).
 
@@ -463,12 +508,16 @@ class EngineCluster:
 
     def __init__(self, num_replicas: int = 1, cores=None, model_dir=None, log_dir=None,
                  startup_timeout_s: float = 300.0, api_cores=None) -> None:
-        if num_replicas not in (1, 2, 3, 4):
+        if isinstance(num_replicas, bool) or num_replicas not in (1, 2, 3, 4):
             raise BTBError(f"num_replicas={num_replicas!r}: must be 1..4 (one core each)")
         self.num_replicas = num_replicas
         ncpu = os.cpu_count() or 1
         self.cores = list(cores) if cores is not None else [i % ncpu for i in range(num_replicas)]
         self.api_cores = self.resolve_api_cores(api_cores, self.cores)
+        #: Why ``api_cores="spare"`` moved nothing ("" when it did, or was not asked for).
+        self.api_note = ("" if api_cores != "spare" or any(c is not None for c in self.api_cores)
+                         else f"no spare core ({num_replicas} server(s) on cores "
+                              f"{allowed_cores()}): the API servers stay on their engines' cores")
         self.model_dir = model_dir
         self.log_dir = Path(log_dir) if log_dir else REPO_ROOT / "build" / "engine" / "logs"
         self.startup_timeout_s = startup_timeout_s
@@ -486,17 +535,26 @@ class EngineCluster:
         n = len(engine_cores)
         if api_cores is None:
             return [None] * n
-        if isinstance(api_cores, str):
-            if api_cores != "spare":
-                raise BTBError(f"api_cores={api_cores!r}: must be None, 'spare' or one core per "
-                               "server")
+        if isinstance(api_cores, str) and api_cores == "spare":
             free = spare_cores(engine_cores)
             return [free[i % len(free)] if free else None for i in range(n)]
-        cores = list(api_cores)
-        if len(cores) != n or any(isinstance(c, bool) or not isinstance(c, int) or c < 0
-                                  for c in cores):
-            raise BTBError(f"api_cores={api_cores!r}: need one core number >= 0 per server ({n})")
-        return cores
+        if isinstance(api_cores, (str, bytes)) or not isinstance(api_cores, (list, tuple)):
+            raise BTBError(f"api_cores={api_cores!r}: must be None, 'spare' or a list of one core "
+                           f"per server ({n})")
+        if len(api_cores) != n:
+            raise BTBError(f"api_cores={api_cores!r}: {len(api_cores)} core(s) for {n} server(s)")
+        allowed = allowed_cores()
+        out = []
+        for r, (c, engine) in enumerate(zip(api_cores, engine_cores)):
+            try:
+                core = _core_number(c, f"api_cores[{r}]")
+            except ValueError as exc:
+                raise BTBError(str(exc)) from None
+            if core not in allowed:
+                raise BTBError(f"api_cores[{r}]={core}: not a core this process may use "
+                               f"({allowed})")
+            out.append(None if core == engine else core)   # its engine's core: it stays
+        return out
 
     def __enter__(self) -> "EngineCluster":
         require_engine()
@@ -548,5 +606,5 @@ class EngineCluster:
 __all__ = ["ENGINE_BLOCK_TOKENS", "ENGINE_CHUNK_TOKENS", "ENGINE_KV_SPACE_GIB", "ENGINE_MAX_RUNNING",
            "EngineCluster", "EngineError", "EngineNotInstalled", "EngineServer", "INSTALL_HINT",
            "PROCESS_ROLES", "SERVED_MODEL_NAME", "build_tiny_model", "engine_available",
-           "engine_python", "move_threads", "process_group_cpu_s", "require_engine", "spare_cores",
+           "allowed_cores", "engine_python", "move_threads", "process_group_cpu_s", "require_engine", "spare_cores",
            "tiny_model_spec"]

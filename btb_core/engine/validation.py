@@ -532,11 +532,12 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
         ``recalibrate``; else a few calibration points re-measured after the replays,
         :func:`measure_drift`). With ``recalibrate`` also ``info["calibration_pass_speed"]``:
         each pass's speed against the fit used (:func:`pass_speed`), per server count.
-    api_cores : None or "spare"
+    api_cores : None, "spare" or list of int
         Where the servers' API servers run (:class:`~.server.EngineCluster`): None (default) on
         their engine's core; ``"spare"`` on a core no engine uses, when the machine has one (one
-        server on a 2-core machine), for calibration and replays alike. ``info["api_cores"]``
-        records where they ran.
+        server on a 2-core machine; with ``replicas=(1, 2)`` two servers start, so there is none
+        and the log says so), for calibration and replays alike; or one core per server.
+        ``info["api_cores"]`` records where they ran (None: on the engine's core).
     log : callable
         One-line progress messages (``None`` for silence).
 
@@ -581,6 +582,8 @@ def validate(trace=None, replicas=(2,), policies=DEFAULT_POLICIES, *, repeats: i
         say(f"servers ready on ports {cluster.ports} after {time.perf_counter() - t_start:.0f} s"
             + ("" if all(c is None for c in cluster.api_cores) else
                f"; API servers moved to core(s) {cluster.api_cores}"))
+        if cluster.api_note:
+            say(cluster.api_note)
         api_used = list(cluster.api_cores)
         if calibration is None:
             frames_cal = []
