@@ -205,7 +205,7 @@ def analyse(result_dir) -> dict:
     except (KeyError, TypeError, ValueError) as exc:     # a column missing or not numeric
         raise SystemExit(f"{result_dir}: requests.csv is not a validation result's "
                          f"(a column missing or not numeric: {type(exc).__name__}: {exc})")
-    if not rows and skipped == len(reqs.groupby(["policy", "repeat"])):
+    if not rows and skipped == reqs.groupby(["policy", "repeat"]).ngroups:
         raise SystemExit(f"{result_dir}: no one-server run whose requests are the validation trace's "
                          f"first ones in order (the warnings above name them)")
     if not rows:

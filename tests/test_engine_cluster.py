@@ -177,3 +177,25 @@ def test_a_server_whose_api_server_cannot_move_says_so(tmp_path):
     finally:
         srv.proc.kill()
         srv.proc.wait()
+
+
+def test_wait_ready_moves_the_api_server_once_it_answers(tmp_path, monkeypatch):
+    """``EngineServer(api_core=...)``: when ``/health`` first answers, the group leader's threads
+    move to ``api_core`` (a sleeping process stands in for the server)."""
+    import os
+    import shutil
+
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2 or not shutil.which("taskset"):
+        pytest.skip("needs two cores and taskset")
+    srv = engine_server.EngineServer(tmp_path, allowed[0], tmp_path / "log", port=12345,
+                                     api_core=allowed[1])
+    srv.proc = subprocess.Popen(["taskset", "-c", str(allowed[0]), "sleep", "30"])
+    try:
+        time.sleep(0.2)                     # taskset has exec'd sleep
+        monkeypatch.setattr(srv, "healthy", lambda: True)
+        srv.wait_ready(5.0)
+        assert os.sched_getaffinity(srv.proc.pid) == {allowed[1]}
+    finally:
+        srv.proc.kill()
+        srv.proc.wait()

@@ -168,8 +168,13 @@ def test_a_run_with_rows_missing_inside_or_repeated_is_skipped_not_mispaired(gap
         assert (f"run {policy} / repeat {repeat}: its requests are not the trace's first" in err
                 and "run skipped" in err), (name, err)
         assert got["runs"] == whole["runs"] - 1
-        kept = [s for s in got["per_step"]]
-        assert got["intervals"] < whole["intervals"] and kept
+        assert got["intervals"] < whole["intervals"] and got["per_step"]
+    # every one-server run broken: one line says so
+    res.requests = r[(r["num_replicas"] == 2) | ((r["num_replicas"] == 1) & (r.groupby(
+        ["num_replicas", "policy", "repeat"]).cumcount() != 4))]
+    save_result(res, tmp_path / "all")
+    with pytest.raises(SystemExit, match="no one-server run whose requests are the validation trace's"):
+        gaps.analyse(tmp_path / "all")
 
 
 def test_a_users_result_does_not_overwrite_the_shipped_figures(gaps, tmp_path):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import numbers
 import os
 import shutil
 import signal
@@ -293,13 +294,9 @@ def move_threads(pid: int, cores, proc_root: str = "/proc") -> int:
     ProcessLookupError
         No process ``pid`` (or no ``/proc``: not Linux).
     """
-    try:
-        number = _core_number(pid, "move_threads: pid")
-    except ValueError:
-        number = 0
-    if number < 1:
+    if isinstance(pid, bool) or not isinstance(pid, numbers.Integral) or pid < 1:
         raise ValueError(f"move_threads: pid={pid!r}: a process id is an integer >= 1")
-    pid = number
+    pid = int(pid)
     if isinstance(cores, (str, bytes)) or not hasattr(cores, "__iter__"):
         raise ValueError(f"move_threads: cores={cores!r}: give a sequence of core numbers")
     wanted = {_core_number(c, "move_threads: core") for c in cores}
